@@ -1,0 +1,222 @@
+// Package redistest starts real redis-server processes for tests.
+//
+// Each Server listens on a free loopback port, keeps no data on disk (no RDB, no AOF), and is
+// stopped when the test (or TestMain) that started it ends. A Server can be stopped, restarted
+// on the same port, and paused with SIGSTOP to simulate a black-holed Redis: connections are
+// accepted by the kernel but nothing is answered.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNoRedisServer is returned when redis-server is not on PATH.
+var ErrNoRedisServer = errors.New("redistest: redis-server not found on PATH; install it with `apt-get install -y redis-server` (Debian package redis-server) or run `make test`, which does")
+
+// Server is one redis-server child process on a loopback port.
+type Server struct {
+	mu     sync.Mutex
+	port   int
+	dir    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	paused bool
+}
+
+// New starts a redis-server on a free loopback port. The caller must call Close.
+// Use Start in tests; New is for TestMain, where there is no testing.TB.
+func New() (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, ErrNoRedisServer
+	}
+	dir, err := os.MkdirTemp("", "redistest-*")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: temp dir: %w", err)
+	}
+	s := &Server{dir: dir}
+	// A free port can be taken by someone else between our probe and redis binding it; retry.
+	for attempt := 0; attempt < 5; attempt++ {
+		s.port, err = freePort()
+		if err != nil {
+			break
+		}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, err
+}
+
+// Start starts a redis-server for tb and stops it when tb ends. It fails tb if redis-server is
+// missing or does not come up.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	s, err := New()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// Addr returns host:port of the server.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// URL returns the server as a redis:// URL (database 0).
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Options returns go-redis options for the server with ContextTimeoutEnabled set, so that
+// context deadlines bound every call, and short dial/read/write timeouts.
+func (s *Server) Options() *redis.Options {
+	return &redis.Options{
+		Addr:                  s.Addr(),
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           2 * time.Second,
+		WriteTimeout:          2 * time.Second,
+		MaxRetries:            -1,
+	}
+}
+
+// Client returns a new client for the server, closed when tb ends.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(s.Options())
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command("redis-server",
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--protected-mode", "no",
+		"--daemonize", "no",
+		"--loglevel", "warning",
+		"--logfile", "",
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited, s.paused = cmd, exited, false
+	if err := waitReady(s.Addr(), exited, 10*time.Second); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		return err
+	}
+	return nil
+}
+
+func waitReady(addr string, exited <-chan struct{}, limit time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redistest: redis-server on %s exited during start-up (port taken?)", addr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redistest: redis-server on %s not ready after %s: %w", addr, limit, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Stop kills the server (no data is kept) and waits for it to exit. The port stays reserved
+// for Restart only by convention: nothing else in the test should take it.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+}
+
+func (s *Server) stopLocked() {
+	if s.cmd == nil {
+		return
+	}
+	if s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
+}
+
+// Restart stops the server if it runs and starts a fresh, empty one on the same port.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the old socket may linger briefly
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("redistest: restart on %s: %v", s.Addr(), err)
+}
+
+// Pause stops the process with SIGSTOP: the kernel still accepts connections, but no command
+// is answered, as with a black-holed network. Resume undoes it.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && !s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+		s.paused = true
+	}
+}
+
+// Resume continues a paused server.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.paused = false
+	}
+}
+
+// Close stops the server and removes its directory.
+func (s *Server) Close() error {
+	s.Stop()
+	return os.RemoveAll(s.dir)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("redistest: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
