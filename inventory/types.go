@@ -1,0 +1,83 @@
+package inventory
+
+import (
+	"errors"
+	"time"
+)
+
+// Strategy names, as accepted by Service.Purchase and the X-Strategy header.
+const (
+	StrategyNaive        = "naive"         // read, check, work, write: oversells
+	StrategyLocal        = "local"         // per-item sync.Mutex: safe in one process only
+	StrategyLock         = "lock"          // per-item Redis lock, unconditional write
+	StrategyGuard        = "guard"         // DB conditional update only
+	StrategyLockGuard    = "lock+guard"    // Redis lock + conditional update with fence check
+	StrategyRedlockGuard = "redlock+guard" // Redlock over several nodes + the same guard
+)
+
+// Limits of a purchase request.
+const (
+	MaxQuantity = 1000        // largest quantity one purchase may ask for
+	MaxWork     = time.Second // longest simulated work a demo request may ask for
+)
+
+// Errors returned by Service methods; test them with errors.Is. Each one names one failure
+// kind, and the HTTP layer maps each to one status code. Returned errors wrap them with
+// details (item id, quantities) fit to show a client.
+var (
+	ErrInvalid             = errors.New("invalid request")
+	ErrNotFound            = errors.New("not found")
+	ErrSoldOut             = errors.New("sold out")
+	ErrInsufficientStock   = errors.New("insufficient stock")
+	ErrIdempotencyConflict = errors.New("idempotency key reused with a different request")
+	ErrOverloaded          = errors.New("too many purchases in flight for this item")
+	ErrLockTimeout         = errors.New("timed out waiting for the item's lock")
+	ErrLockLost            = errors.New("lock lost during the purchase; nothing was written")
+	ErrUnavailable         = errors.New("a backing service is unavailable")
+)
+
+// PurchaseRequest asks to buy Quantity units of item ItemID.
+type PurchaseRequest struct {
+	ItemID         int64
+	Quantity       int           // 1..MaxQuantity
+	Strategy       string        // "" means the service's default strategy
+	IdempotencyKey string        // "" means none
+	Work           time.Duration // simulated slow work (a payment call), 0..MaxWork
+}
+
+// Receipt is the result of a successful purchase, or of an idempotent replay of one.
+type Receipt struct {
+	OrderID    int64  `json:"order_id"`
+	ItemID     int64  `json:"item_id"`
+	Quantity   int    `json:"quantity"`
+	Remaining  int    `json:"remaining"`
+	FenceToken int64  `json:"fence_token"`
+	Strategy   string `json:"strategy"`
+	Replayed   bool   `json:"-"` // true when an earlier order with the same key was returned
+}
+
+// OrderQuery selects orders for verification, ascending by id.
+type OrderQuery struct {
+	ItemID  int64 // 0 means every item
+	AfterID int64 // only orders with a greater id
+	Limit   int   // 1..1000; 0 means 100
+}
+
+// ItemStats is one item's sales summary.
+type ItemStats struct {
+	ItemID        int64  `json:"item_id"`
+	SKU           string `json:"sku"`
+	InitialStock  int    `json:"initial_stock"`
+	Stock         int    `json:"stock"`
+	SoldUnits     int    `json:"sold_units"`
+	OrderCount    int    `json:"order_count"`
+	OversoldUnits int    `json:"oversold_units"`
+}
+
+// NewItem describes one item of a catalogue reset.
+type NewItem struct {
+	SKU        string `json:"sku"`
+	Name       string `json:"name"`
+	Stock      int    `json:"stock"`
+	PriceCents int64  `json:"price_cents"`
+}

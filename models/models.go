@@ -1,0 +1,36 @@
+// Package models holds the GORM models of the storefront and the code that opens the SQLite
+// database (pragmas, migrations, seeding). It has no business rules.
+package models
+
+import "time"
+
+// Item is one product and its stock. Stock never goes below zero: the inventory service's
+// conditional update is the guard; FenceToken is the highest lock fencing token that has
+// written this row, so a stale lock holder's write can be refused.
+type Item struct {
+	ID           int64  `gorm:"primaryKey"`
+	SKU          string `gorm:"column:sku;uniqueIndex;not null"`
+	Name         string `gorm:"not null"`
+	PriceCents   int64  `gorm:"not null"`
+	Stock        int    `gorm:"not null"`
+	InitialStock int    `gorm:"not null"`
+	FenceToken   int64  `gorm:"not null;default:0"`
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Order is one successful purchase. It is written in the same transaction as the stock update
+// it records. IdempotencyKey is NULL when the client sent none; Fingerprint identifies the
+// request (item and quantity) that used the key, and Remaining is the stock left right after
+// this purchase, kept so that a replay can rebuild the original response.
+type Order struct {
+	ID             int64   `gorm:"primaryKey"`
+	ItemID         int64   `gorm:"index;not null"`
+	Quantity       int     `gorm:"not null"`
+	Strategy       string  `gorm:"not null"`
+	FenceToken     int64   `gorm:"not null;default:0"`
+	IdempotencyKey *string `gorm:"uniqueIndex"`
+	Fingerprint    string  `gorm:"not null;default:''"`
+	Remaining      int     `gorm:"not null"`
+	CreatedAt      time.Time
+}
