@@ -1,0 +1,26 @@
+-- acquire.lua: take a lock if free, or re-enter it, and issue its fencing token.
+-- KEYS[1] lock hash (field = owner token, value = hold count)
+-- KEYS[2] fencing counter (a plain integer: the last token issued)
+-- ARGV[1] owner token, ARGV[2] lease in ms, ARGV[3] token floor,
+-- ARGV[4] "1" to re-enter only (the caller already holds the lock under ARGV[1])
+-- Returns {1, token} when taken ({1, 0} on re-entry), {0, pttl} when held by another,
+-- {-1, 0} when re-entry finds the lock no longer ours.
+if ARGV[4] == '1' then
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+    redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, 0}
+  end
+  return {-1, 0}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  if tonumber(ARGV[3]) > last then
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, token}
+end
+return {0, redis.call('PTTL', KEYS[1])}

@@ -1,0 +1,121 @@
+// Package locking is a Redis lock with a watchdog, loss detection and fencing tokens.
+//
+// A Client obtains locks on keys. Each Lock has its own random 128-bit owner token (its
+// identity in Redis), a fencing token that strictly increases per key, and a watchdog that
+// renews its lease every Lease/3 while it is held. When a renewal finds the lock gone or
+// taken, or Redis stays unreachable until the lease could have run out, the holder is told at
+// once: Done is closed, the contexts from Context are cancelled, and Err returns ErrLost.
+// Release stops the watchdog, waits for it, then deletes the key with a compare-and-delete
+// script and publishes on the key's channel; waiters are woken by that message (one shared
+// subscription per Client), with the remaining lease of the failed attempt as the longest
+// sleep should the message be missed.
+//
+// Redis layout, for key K and prefix P (default "lock:"), all under one hash tag {K} so a
+// lock lives in one Cluster slot:
+//
+//	P{K}          hash: one field, the owner token (32 hex chars) -> hold count
+//	P{K}:fence    string: the last fencing token issued for K
+//	P{K}:released channel: published on the last release
+//
+// Every Redis call is bounded by Options.CallTimeout through a context deadline. go-redis
+// v9 only honours context deadlines when the client is built with
+// redis.Options.ContextTimeoutEnabled (likewise ClusterOptions, RingOptions, FailoverOptions):
+// without it a black-holed Redis stalls a renewal for the full read timeout, which may be
+// longer than the lease. New logs a warning when it can see the option is off.
+//
+// The non-test code imports only go-redis and the standard library.
+package locking
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors of the package. Any other error returned by Obtain, TryObtain, Release or TTL is a
+// Redis failure (connection refused, timeout): callers treat it as "unavailable".
+var (
+	// ErrNotObtained is returned by Obtain and TryObtain when the lock is held by another and
+	// the wait ended; joined with ctx.Err() when the caller's context ended it.
+	ErrNotObtained = errors.New("locking: not obtained")
+	// ErrNotHeld is returned by Release and TTL of a lock that was lost or already released,
+	// and by Release of a nil *Lock.
+	ErrNotHeld = errors.New("locking: not held")
+	// ErrLost is what Lock.Err returns (wrapped with the cause) after the lock was lost.
+	ErrLost = errors.New("locking: lock lost")
+	// ErrClosed is returned by Obtain and TryObtain after Client.Close.
+	ErrClosed = errClosed
+)
+
+// Client obtains locks from one Redis deployment. It is safe for concurrent use. Its only
+// background goroutine is the shared subscription that wakes waiters, started by the first
+// Obtain that has to wait and stopped by Close.
+type Client struct {
+	rdb         redis.UniversalClient
+	prefix      string
+	lease       time.Duration
+	watchdog    bool
+	wait        time.Duration
+	callTimeout time.Duration
+	log         *slog.Logger
+	hooks       Hooks
+	notify      *notifier
+}
+
+// New returns a Client over rdb (a *redis.Client, *redis.ClusterClient, *redis.Ring or any
+// UniversalClient). A nil opts means the defaults. New never fails: it logs a warning when
+// rdb's options are visible and ContextTimeoutEnabled is off.
+func New(rdb redis.UniversalClient, opts *Options) *Client {
+	c := &Client{
+		rdb:         rdb,
+		prefix:      opts.keyPrefix(),
+		lease:       opts.lease(),
+		watchdog:    opts == nil || !opts.DisableWatchdog,
+		wait:        opts.wait(),
+		callTimeout: opts.callTimeout(),
+		log:         opts.logger(),
+	}
+	if opts != nil {
+		c.hooks = opts.Hooks
+	}
+	if c.callTimeout > c.lease/3 { // a renewal must end well inside the lease
+		c.callTimeout = max(c.lease/4, time.Millisecond)
+	}
+	c.notify = newNotifier(rdb, c.log, c.callTimeout)
+	if enabled, known := contextTimeoutEnabled(rdb); known && !enabled {
+		c.log.Warn("locking: the go-redis client has ContextTimeoutEnabled off; " +
+			"call timeouts are not enforced and a stalled Redis can outlast the lease")
+	}
+	return c
+}
+
+func contextTimeoutEnabled(rdb redis.UniversalClient) (enabled, known bool) {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		return r.Options().ContextTimeoutEnabled, true
+	case *redis.ClusterClient:
+		return r.Options().ContextTimeoutEnabled, true
+	case *redis.Ring:
+		return r.Options().ContextTimeoutEnabled, true
+	}
+	return false, false
+}
+
+// Close stops the shared subscription goroutine and waits for it. It does not release held
+// locks: each Lock owns its watchdog until Release. Obtain after Close returns ErrClosed.
+// Close always returns nil.
+func (c *Client) Close() error {
+	c.notify.close()
+	return nil
+}
+
+// newOwner returns a random 128-bit owner token as 32 hex characters.
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,77 @@
+package locking
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/stockguard/stockguard/internal/redistest"
+)
+
+// shared is the redis-server of the tests that neither stop nor pause it.
+var shared *redistest.Server
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	srv, err := redistest.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared = srv
+	code := m.Run()
+	_ = srv.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var keySeq atomic.Int64
+
+// uniqueKey returns a key no other test uses.
+func uniqueKey(t testing.TB) string {
+	return fmt.Sprintf("%s-%d", t.Name(), keySeq.Add(1))
+}
+
+// newRedis returns a client of srv (shared when nil), closed when t ends.
+func newRedis(t testing.TB, srv *redistest.Server) *redis.Client {
+	t.Helper()
+	if srv == nil {
+		srv = shared
+	}
+	return srv.Client(t)
+}
+
+// newClient returns a locking Client over a fresh connection, closed when t ends.
+func newClient(t testing.TB, srv *redistest.Server, opts *Options) *Client {
+	t.Helper()
+	c := New(newRedis(t, srv), opts)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// verifyNoLeaks checks at the end of t that no goroutine of t is left.
+func verifyNoLeaks(t *testing.T) {
+	t.Helper()
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

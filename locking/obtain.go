@@ -1,0 +1,177 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Obtain returns the lock on key, waiting while another holds it: it tries once, then waits
+// for the key's release message (or, should a message be missed, for the remaining lease of
+// the failed attempt) and tries again, until it holds the lock, ctx ends, or the wait limit
+// (Options.Wait, WithWait) passes.
+//
+// Under a context that carries a Lock on the same key from this Client (Lock.Context, or a
+// context derived from it), Obtain re-enters that lock instead: it increments its hold count,
+// keeps its tokens, and returns a new Lock handle to release separately; the key is deleted
+// only when the last handle is released. Other contexts never re-enter: two goroutines of
+// one process with plain contexts exclude each other like two processes.
+//
+// It returns ErrNotObtained when the wait ended (joined with ctx.Err() when ctx ended it, and
+// with ErrLost when a re-entry finds its lock lost), ErrClosed after Client.Close, and any
+// other error when Redis failed: Obtain does not retry Redis errors.
+func (c *Client) Obtain(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
+	return c.obtain(ctx, key, true, opts)
+}
+
+// TryObtain is Obtain without waiting: one attempt. It returns ErrNotObtained if another
+// holds the lock, ErrClosed after Close, and a Redis error otherwise.
+func (c *Client) TryObtain(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
+	return c.obtain(ctx, key, false, opts)
+}
+
+func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
+	}
+	if c.notify.isClosed() {
+		return nil, ErrClosed
+	}
+	if h := heldIn(ctx, c, key); h != nil {
+		return h.reenter(ctx)
+	}
+	cfg := obtainConfig{wait: c.wait}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !wait {
+		cfg.wait = 0
+	}
+	k := c.keysFor(key)
+	owner := newOwner()
+	start := time.Now()
+	var lock *Lock
+	attempt := func(ctx context.Context) (bool, time.Duration, error) {
+		l, ttl, err := c.acquire(ctx, k, owner, cfg.floor, start)
+		lock = l
+		return l != nil, ttl, err
+	}
+	ok, _, err := attempt(ctx)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		return lock, nil
+	case cfg.wait == 0:
+		return nil, ErrNotObtained
+	}
+	if err := c.waitLoop(ctx, k.channel, cfg.wait, attempt); err != nil {
+		return nil, err
+	}
+	return lock, nil
+}
+
+// acquire makes one attempt. It returns the Lock when taken, or the remaining lease of the
+// holder when not.
+func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64, start time.Time) (*Lock, time.Duration, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+	defer cancel()
+	sent := time.Now()
+	res, err := acquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence},
+		owner, c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0").Int64Slice()
+	if err != nil {
+		if maybeExecuted(err) { // the script may have run: do not leave the key behind
+			c.forget(ctx, k, owner)
+		}
+		if ctx.Err() != nil {
+			return nil, 0, errors.Join(ErrNotObtained, ctx.Err())
+		}
+		return nil, 0, fmt.Errorf("locking: obtain %q: %w", k.name, err)
+	}
+	if len(res) != 2 {
+		return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", k.name, res)
+	}
+	if res[0] != 1 {
+		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	h := &hold{c: c, k: k, owner: owner, token: res[1], acquired: time.Now(), live: map[*Lock]bool{}}
+	h.mu.Lock()
+	l := h.newHandleLocked()
+	h.mu.Unlock()
+	h.wd = c.newWatchdog(h)
+	h.wd.start(sent)
+	if f := c.hooks.Acquired; f != nil {
+		f(k.name, h.token, time.Since(start))
+	}
+	return l, 0, nil
+}
+
+// newWatchdog returns the watchdog of h: renewals with renew.lua, or none for a fixed lease.
+func (c *Client) newWatchdog(h *hold) *watchdog {
+	w := &watchdog{lease: c.lease, callTimeout: c.callTimeout, onLost: h.lose}
+	if c.watchdog {
+		w.renew = func(ctx context.Context) (bool, error) {
+			n, err := renewScript.Run(ctx, c.rdb, []string{h.k.hash}, h.owner, c.lease.Milliseconds()).Int64()
+			return n == 1, err
+		}
+		w.onRenewed = func() {
+			if f := c.hooks.Renewed; f != nil {
+				f(h.k.name)
+			}
+		}
+	}
+	return w
+}
+
+// maybeExecuted reports whether a failed call may have run in Redis anyway (it timed out or
+// was cancelled after being sent).
+func maybeExecuted(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// forget deletes owner's hold if an attempt whose reply was lost took the lock.
+func (c *Client) forget(ctx context.Context, k keys, owner string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
+	defer cancel()
+	_ = releaseScript.Run(cctx, c.rdb, []string{k.hash}, owner, k.channel).Err()
+}
+
+// reenter adds a hold to h for a caller whose context carries it.
+func (h *hold) reenter(ctx context.Context) (*Lock, error) {
+	h.mu.Lock()
+	if h.lost != nil || h.handles == 0 {
+		h.mu.Unlock()
+		return nil, errors.Join(ErrNotObtained, ErrLost)
+	}
+	l := h.newHandleLocked()
+	h.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, h.c.callTimeout)
+	defer cancel()
+	res, err := acquireScript.Run(cctx, h.c.rdb, []string{h.k.hash, h.k.fence},
+		h.owner, h.c.lease.Milliseconds(), "0", "1").Int64Slice()
+	if err == nil && len(res) == 2 && res[0] == 1 {
+		return l, nil
+	}
+	// Undo the local handle; if it was the last one, the watchdog stops with it.
+	h.mu.Lock()
+	l.released = true
+	h.finishLocked(l, ErrNotHeld, ErrNotHeld)
+	h.handles--
+	last := h.handles == 0
+	h.mu.Unlock()
+	if last {
+		h.wd.stop()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		}
+		return nil, fmt.Errorf("locking: re-enter %q: %w", h.k.name, err)
+	}
+	return nil, errors.Join(ErrNotObtained, ErrLost)
+}

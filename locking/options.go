@@ -1,0 +1,125 @@
+package locking
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultKeyPrefix = "lock:"
+	DefaultLease     = 30 * time.Second
+	DefaultWait      = 10 * time.Second
+
+	maxCallTimeout = 2 * time.Second
+	minCallTimeout = 50 * time.Millisecond
+)
+
+// Options configure a Client. A nil *Options, and every zero field, means the default.
+type Options struct {
+	// KeyPrefix is prepended to every lock key. For key K the lock hash is KeyPrefix+"{K}", the
+	// fencing counter KeyPrefix+"{K}:fence" and the release channel KeyPrefix+"{K}:released"
+	// (one hash tag, so all three live in one Cluster slot). Default "lock:".
+	KeyPrefix string
+
+	// Lease is how long a lock lives in Redis without renewal. With the watchdog on (the
+	// default) it is renewed every Lease/3 while held. Default 30s.
+	Lease time.Duration
+
+	// DisableWatchdog turns renewal off: the lock then holds for exactly one Lease (as
+	// Redisson's explicit leaseTime) and its Done channel closes with ErrLost when the lease
+	// is about to run out. Default false.
+	DisableWatchdog bool
+
+	// Wait is the longest time Obtain waits for a held lock; the caller's context may end the
+	// wait sooner. Zero means the default, 10s; a negative value means no limit but the
+	// context. WithWait overrides it per call.
+	Wait time.Duration
+
+	// CallTimeout bounds one Redis call (acquire, renew, release, TTL). Default
+	// min(Lease/10, 2s), at least 50ms. It is only honoured if the go-redis client was built
+	// with ContextTimeoutEnabled: New logs a warning when it can see that it is not.
+	CallTimeout time.Duration
+
+	// Logger receives warnings (lost locks, failed renewals). Default: discard.
+	Logger *slog.Logger
+
+	// Hooks are called on lock events (metrics, debugging). Default: none.
+	Hooks Hooks
+}
+
+// Hooks are optional callbacks on lock events. They are called synchronously from the
+// goroutine that caused the event (Obtain, Release or the watchdog) and must be quick.
+// Re-entrant obtains and releases (see Client.Obtain) do not fire Acquired or Released:
+// each key fires Acquired once per first acquisition and Released or Lost once after it.
+type Hooks struct {
+	// Acquired is called when a lock is first acquired, with its fencing token and the time
+	// spent waiting for it.
+	Acquired func(key string, token int64, waited time.Duration)
+	// Renewed is called after each successful watchdog renewal.
+	Renewed func(key string)
+	// Lost is called once when a held lock is lost (err wraps ErrLost).
+	Lost func(key string, err error)
+	// Released is called when the last hold of a lock is released, with the time it was held.
+	Released func(key string, held time.Duration)
+}
+
+func (o *Options) keyPrefix() string {
+	if o == nil || o.KeyPrefix == "" {
+		return DefaultKeyPrefix
+	}
+	return o.KeyPrefix
+}
+
+func (o *Options) lease() time.Duration {
+	if o == nil || o.Lease <= 0 {
+		return DefaultLease
+	}
+	return o.Lease
+}
+
+func (o *Options) wait() time.Duration {
+	if o == nil || o.Wait == 0 {
+		return DefaultWait
+	}
+	return o.Wait
+}
+
+func (o *Options) callTimeout() time.Duration {
+	if o != nil && o.CallTimeout > 0 {
+		return o.CallTimeout
+	}
+	d := min(o.lease()/10, maxCallTimeout)
+	return max(d, minCallTimeout)
+}
+
+func (o *Options) logger() *slog.Logger {
+	if o == nil || o.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Logger
+}
+
+// drift is the clock-drift allowance subtracted from a lease: 1% of it plus 2ms (Redlock's).
+func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
+
+// ObtainOption changes one Obtain or TryObtain call.
+type ObtainOption func(*obtainConfig)
+
+type obtainConfig struct {
+	floor int64
+	wait  time.Duration
+}
+
+// WithFloor sets the fencing-token floor: the token issued is max(counter, floor)+1, so
+// tokens stay above a value the caller stored even if Redis lost its counter. Re-entry
+// ignores it (the lock keeps its token).
+func WithFloor(token int64) ObtainOption {
+	return func(c *obtainConfig) { c.floor = max(c.floor, token) }
+}
+
+// WithWait sets the longest wait of one Obtain call, overriding Options.Wait: zero makes
+// Obtain a single attempt (as TryObtain), a negative value means no limit but the context.
+func WithWait(d time.Duration) ObtainOption {
+	return func(c *obtainConfig) { c.wait = d }
+}

@@ -1,0 +1,129 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// receive is the notifier's one goroutine: it reads the shared subscription until close,
+// wakes waiters on release messages, confirms subscriptions, drops idle channels and pings
+// a quiet connection.
+func (n *notifier) receive(ps *redis.PubSub) {
+	defer close(n.done)
+	ctx := context.Background()
+	lastHeard := time.Now()
+	failures := 0
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, receivePoll)
+		if err != nil {
+			if n.isClosed() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				n.sweep(ps)
+				if time.Since(lastHeard) > healthEvery {
+					n.ping(ps)
+					lastHeard = time.Now()
+				}
+				continue
+			}
+			// The connection broke: go-redis reconnects and subscribes again on the next
+			// receive. Messages may have been missed meanwhile: every waiter tries again.
+			n.mu.Lock()
+			for _, st := range n.channels {
+				if st.confirmed {
+					st.confirmed, st.ready = false, make(chan struct{})
+				}
+			}
+			n.wakeAllLocked()
+			n.mu.Unlock()
+			n.receiveErrors.Add(1)
+			failures++
+			n.log.Debug("locking: subscription receive failed", "err", err)
+			if !n.sleep(min(time.Duration(failures)*50*time.Millisecond, time.Second)) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		lastHeard = time.Now()
+		switch m := msg.(type) {
+		case *redis.Message:
+			n.mu.Lock()
+			if st := n.channels[m.Channel]; st != nil {
+				n.wakeOneLocked(st)
+			}
+			n.mu.Unlock()
+			n.messages.Add(1)
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				n.mu.Lock()
+				if st := n.channels[m.Channel]; st != nil && !st.confirmed {
+					st.confirmed = true
+					select {
+					case <-st.ready:
+					default:
+						close(st.ready)
+					}
+				}
+				n.mu.Unlock()
+			}
+		}
+	}
+}
+
+func (n *notifier) isClosed() bool {
+	select {
+	case <-n.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep waits d or until close; it reports false on close.
+func (n *notifier) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.quit:
+		return false
+	}
+}
+
+// sweep unsubscribes channels nobody has waited on for idleUnsubscribe. Only confirmed
+// channels are dropped, so the replies of one connection stay in order: a later SUBSCRIBE
+// of the same channel is confirmed after this UNSUBSCRIBE.
+func (n *notifier) sweep(ps *redis.PubSub) {
+	n.mu.Lock()
+	defer n.mu.Unlock() // held across UNSUBSCRIBE so no SUBSCRIBE of the same channel overtakes it
+	var idle []string
+	for ch, st := range n.channels {
+		if len(st.waiters) == 0 && st.confirmed && !st.idleSince.IsZero() &&
+			time.Since(st.idleSince) > idleUnsubscribe {
+			idle = append(idle, ch)
+			delete(n.channels, ch)
+		}
+	}
+	if len(idle) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.callTimeout)
+	defer cancel()
+	if err := ps.Unsubscribe(ctx, idle...); err != nil {
+		n.log.Debug("locking: unsubscribe failed", "err", err)
+	}
+}
+
+func (n *notifier) ping(ps *redis.PubSub) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.callTimeout)
+	defer cancel()
+	_ = ps.Ping(ctx) // a failure surfaces as a receive error, which reconnects
+}

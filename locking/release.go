@@ -1,0 +1,67 @@
+package locking
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Release gives the lock up. The last release of a lock (the outermost, for a re-entered
+// one) stops its watchdog and waits for it, then deletes the key if it is still ours and
+// wakes the waiters; an inner release only decrements the hold count. Done is closed and the
+// contexts from Context are cancelled before Redis is called.
+//
+// It returns ErrNotHeld if this Lock was already released, was lost, or is found no longer
+// ours in Redis, and for a nil Lock; any other error is a Redis failure (the lock then
+// expires at the end of its lease). The Redis call is bounded by CallTimeout and by ctx's
+// deadline, but not by ctx's cancellation, so the lock's own (cancelled) context may be
+// passed.
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil || l.h == nil {
+		return ErrNotHeld
+	}
+	h := l.h
+	h.mu.Lock()
+	if l.released {
+		h.mu.Unlock()
+		return ErrNotHeld
+	}
+	l.released = true
+	h.finishLocked(l, ErrNotHeld, ErrNotHeld)
+	lost := h.lost
+	h.handles--
+	last := h.handles == 0
+	h.mu.Unlock()
+
+	if last {
+		h.wd.stop()
+	}
+	if lost != nil {
+		return ErrNotHeld
+	}
+	cctx, cancel := h.c.callContext(ctx)
+	defer cancel()
+	left, err := releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel).Int64()
+	if err != nil {
+		return fmt.Errorf("locking: release %q: %w", h.k.name, err)
+	}
+	if left < 0 {
+		return ErrNotHeld
+	}
+	if last {
+		if f := h.c.hooks.Released; f != nil {
+			f(h.k.name, time.Since(h.acquired))
+		}
+	}
+	return nil
+}
+
+// callContext bounds one Redis call by CallTimeout and ctx's deadline, ignoring ctx's
+// cancellation (used by Release, which must run after the lock's context is cancelled).
+func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := c.callTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}

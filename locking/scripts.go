@@ -1,0 +1,40 @@
+package locking
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts run with EVALSHA and fall back to EVAL when Redis does not know them yet (a
+// fresh or restarted server): redis.Script.Run does both.
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed renew.lua
+	renewLua    string
+	renewScript = redis.NewScript(renewLua)
+
+	//go:embed ttl.lua
+	ttlLua    string
+	ttlScript = redis.NewScript(ttlLua)
+)
+
+// keys are the Redis names of one lock; all share the hash tag {K}.
+type keys struct {
+	name    string // the caller's key K
+	hash    string // P{K}: the lock hash
+	fence   string // P{K}:fence: the fencing counter
+	channel string // P{K}:released: published on the last release
+}
+
+func (c *Client) keysFor(key string) keys {
+	h := c.prefix + "{" + key + "}"
+	return keys{name: key, hash: h, fence: h + ":fence", channel: h + ":released"}
+}

@@ -1,0 +1,70 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// waitLoop is the waiting half of Obtain, separate from the attempt so that other lock
+// kinds (fair lock, semaphore) reuse it with their own attempt and channel.
+//
+// It registers a waiter on channel and waits for the subscription to be confirmed (bounded
+// by CallTimeout), so that any release published from then on is seen, and only then calls
+// attempt. attempt reports whether it succeeded, or how long at most to sleep before trying
+// again (the holder's remaining lease), or an error, which ends the wait. Between attempts
+// it sleeps until a message on channel, that time, ctx's end or the wait limit (negative:
+// none). It returns nil once attempt succeeded, ErrNotObtained (joined with ctx.Err() when
+// ctx ended the wait), or attempt's error.
+func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Duration,
+	attempt func(context.Context) (bool, time.Duration, error)) error {
+	var limitC <-chan time.Time
+	if limit > 0 {
+		lt := time.NewTimer(limit)
+		defer lt.Stop()
+		limitC = lt.C
+	}
+	w, err := c.notify.register(ctx, channel)
+	if err != nil {
+		return err
+	}
+	acquired := false
+	defer func() { c.notify.unregister(w, acquired) }()
+
+	timer := time.NewTimer(c.callTimeout)
+	defer timer.Stop()
+	select {
+	case <-w.ready:
+	case <-timer.C: // not confirmed yet: rely on the timer until it is
+	case <-ctx.Done():
+		return errors.Join(ErrNotObtained, ctx.Err())
+	case <-limitC:
+		return ErrNotObtained
+	}
+	for {
+		c.notify.tried(w) // a message from now on wakes this waiter again
+		ok, ttl, err := attempt(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			acquired = true
+			return nil
+		}
+		retryIn := ttl
+		if retryIn <= 0 { // no expiry (-1) should not happen; expired meanwhile: retry soon
+			retryIn = time.Millisecond
+		}
+		timer.Reset(retryIn)
+		select {
+		case <-w.wake:
+			c.notify.wokenByMessage.Add(1)
+		case <-timer.C:
+			c.notify.wokenByTimer.Add(1)
+		case <-ctx.Done():
+			return errors.Join(ErrNotObtained, ctx.Err())
+		case <-limitC:
+			return ErrNotObtained
+		}
+	}
+}
