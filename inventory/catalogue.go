@@ -1,0 +1,135 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+
+	"github.com/stockguard/stockguard/models"
+)
+
+// ListItems returns every item, ascending by id.
+func (s *Service) ListItems(ctx context.Context) ([]models.Item, error) {
+	items := []models.Item{}
+	if err := s.db.WithContext(ctx).Order("id").Find(&items).Error; err != nil {
+		return nil, s.dbErr(err)
+	}
+	return items, nil
+}
+
+// GetItem returns item id, or an error wrapping ErrNotFound.
+func (s *Service) GetItem(ctx context.Context, id int64) (models.Item, error) {
+	var item models.Item
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&item).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return models.Item{}, fmt.Errorf("%w: item %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return models.Item{}, s.dbErr(err)
+	}
+	return item, nil
+}
+
+// ListOrders returns the orders q selects, ascending by id. It fails with ErrInvalid when
+// q.Limit is outside 0..1000 or an id is negative.
+func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]models.Order, error) {
+	switch {
+	case q.Limit < 0 || q.Limit > 1000:
+		return nil, fmt.Errorf("%w: limit must be 1..1000, got %d", ErrInvalid, q.Limit)
+	case q.ItemID < 0 || q.AfterID < 0:
+		return nil, fmt.Errorf("%w: ids must not be negative", ErrInvalid)
+	}
+	if q.Limit == 0 {
+		q.Limit = 100
+	}
+	db := s.db.WithContext(ctx).Where("id > ?", q.AfterID)
+	if q.ItemID != 0 {
+		db = db.Where("item_id = ?", q.ItemID)
+	}
+	orders := []models.Order{}
+	if err := db.Order("id").Limit(q.Limit).Find(&orders).Error; err != nil {
+		return nil, s.dbErr(err)
+	}
+	return orders, nil
+}
+
+// Stats returns every item's sales summary, ascending by item id, read in one statement (one
+// consistent snapshot).
+func (s *Service) Stats(ctx context.Context) ([]ItemStats, error) {
+	stats := []ItemStats{}
+	err := s.db.WithContext(ctx).Raw(`
+		SELECT i.id AS item_id, i.sku AS sku, i.initial_stock AS initial_stock, i.stock AS stock,
+		       COALESCE(SUM(o.quantity), 0) AS sold_units, COUNT(o.id) AS order_count
+		FROM items i LEFT JOIN orders o ON o.item_id = i.id
+		GROUP BY i.id ORDER BY i.id`).Scan(&stats).Error
+	if err != nil {
+		return nil, s.dbErr(err)
+	}
+	for i := range stats {
+		stats[i].OversoldUnits = max(0, stats[i].SoldUnits-stats[i].InitialStock)
+	}
+	return stats, nil
+}
+
+// Reset replaces the catalogue and deletes every order, in one transaction; each item's
+// initial stock is its stock. It fails with ErrInvalid when an item has an empty sku or name,
+// a negative stock or price, or when two items share a sku; nothing is changed then.
+func (s *Service) Reset(ctx context.Context, items []NewItem) error {
+	rows := make([]models.Item, 0, len(items))
+	seen := make(map[string]bool, len(items))
+	for i, it := range items {
+		sku, name := strings.TrimSpace(it.SKU), strings.TrimSpace(it.Name)
+		switch {
+		case sku == "" || name == "":
+			return fmt.Errorf("%w: item %d: sku and name must not be empty", ErrInvalid, i)
+		case it.Stock < 0 || it.PriceCents < 0:
+			return fmt.Errorf("%w: item %d (%s): stock and price must not be negative", ErrInvalid, i, sku)
+		case seen[sku]:
+			return fmt.Errorf("%w: sku %q appears twice", ErrInvalid, sku)
+		}
+		seen[sku] = true
+		rows = append(rows, models.Item{SKU: sku, Name: name, PriceCents: it.PriceCents,
+			Stock: it.Stock, InitialStock: it.Stock})
+	}
+	err := s.store.tx(ctx, func(tx *gorm.DB) error {
+		if err := tx.Exec("DELETE FROM orders").Error; err != nil {
+			return err
+		}
+		if err := tx.Exec("DELETE FROM items").Error; err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		return tx.CreateInBatches(&rows, 200).Error
+	})
+	if err != nil {
+		return s.dbErr(err)
+	}
+	s.log.Info("catalogue reset", "items", len(rows))
+	return nil
+}
+
+// Ready checks that the database answers and, when Config.Ping is set, the lock service. It
+// returns an error wrapping ErrUnavailable otherwise.
+func (s *Service) Ready(ctx context.Context) error {
+	sqlDB, err := s.db.DB()
+	if err == nil {
+		err = sqlDB.PingContext(ctx)
+	}
+	if err == nil {
+		err = s.db.WithContext(ctx).Exec("SELECT 1").Error
+	}
+	if err != nil {
+		return fmt.Errorf("%w: database: %w", ErrUnavailable, err)
+	}
+	if s.ping != nil {
+		if err := s.ping(ctx); err != nil {
+			return fmt.Errorf("%w: lock service: %w", ErrUnavailable, err)
+		}
+	}
+	return nil
+}

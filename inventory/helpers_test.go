@@ -1,0 +1,150 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/models"
+)
+
+// openDB opens a fresh SQLite file in a temporary directory.
+func openDB(t testing.TB) (*gorm.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "inventory.db")
+	return openPath(t, path), path
+}
+
+// openPath opens path again, as another process would.
+func openPath(t testing.TB, path string) *gorm.DB {
+	t.Helper()
+	db, err := models.Open(context.Background(), path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = models.Close(db) })
+	return db
+}
+
+func newService(t testing.TB, cfg inventory.Config) *inventory.Service {
+	t.Helper()
+	s, err := inventory.NewService(cfg)
+	require.NoError(t, err)
+	return s
+}
+
+// resetItems replaces the catalogue with one item per stock value and returns their ids.
+func resetItems(t testing.TB, s *inventory.Service, stocks ...int) []int64 {
+	t.Helper()
+	items := make([]inventory.NewItem, len(stocks))
+	for i, st := range stocks {
+		items[i] = inventory.NewItem{SKU: fmt.Sprintf("SKU-%d", i), Name: fmt.Sprintf("item %d", i), Stock: st, PriceCents: 100}
+	}
+	ctx := context.Background()
+	require.NoError(t, s.Reset(ctx, items))
+	list, err := s.ListItems(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, len(stocks))
+	ids := make([]int64, len(list))
+	for i, it := range list {
+		ids[i] = it.ID
+	}
+	return ids
+}
+
+// outcome counts the results of a burst of purchases.
+type outcome struct {
+	mu       sync.Mutex
+	ok       int
+	units    int
+	errs     map[string]int
+	receipts []inventory.Receipt
+}
+
+func (o *outcome) add(rec inventory.Receipt, err error, quantity int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err == nil {
+		o.ok++
+		o.units += quantity
+		o.receipts = append(o.receipts, rec)
+		return
+	}
+	if o.errs == nil {
+		o.errs = map[string]int{}
+	}
+	o.errs[errKind(err)]++
+}
+
+func errKind(err error) string {
+	for _, s := range []error{inventory.ErrSoldOut, inventory.ErrInsufficientStock, inventory.ErrLockLost,
+		inventory.ErrLockTimeout, inventory.ErrUnavailable, inventory.ErrNotFound, inventory.ErrInvalid,
+		inventory.ErrIdempotencyConflict, inventory.ErrOverloaded} {
+		if errors.Is(err, s) {
+			return s.Error()
+		}
+	}
+	return "unexpected: " + err.Error()
+}
+
+// burst starts n purchases of 1..3 units (i%3+1) of itemID at once, spread round-robin over
+// services, and waits for them.
+func burst(t testing.TB, services []*inventory.Service, strategy string, itemID int64, n int, work time.Duration) *outcome {
+	t.Helper()
+	var (
+		o     outcome
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			q := i%3 + 1
+			<-start
+			rec, err := services[i%len(services)].Purchase(ctx, inventory.PurchaseRequest{
+				ItemID: itemID, Quantity: q, Strategy: strategy, Work: work,
+			})
+			o.add(rec, err, q)
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	for kind := range o.errs {
+		assert.NotContains(t, kind, "unexpected", "strategy %s", strategy)
+	}
+	return &o
+}
+
+func statsOf(t testing.TB, s *inventory.Service, itemID int64) inventory.ItemStats {
+	t.Helper()
+	all, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	for _, st := range all {
+		if st.ItemID == itemID {
+			return st
+		}
+	}
+	t.Fatalf("no stats for item %d", itemID)
+	return inventory.ItemStats{}
+}
+
+// assertSafe checks the invariants of DESIGN.md for one item after a burst.
+func assertSafe(t testing.TB, s *inventory.Service, itemID int64, o *outcome) {
+	t.Helper()
+	st := statsOf(t, s, itemID)
+	assert.GreaterOrEqual(t, st.Stock, 0, "stock never negative")
+	assert.Zero(t, st.OversoldUnits, "never oversold")
+	assert.Equal(t, st.InitialStock, st.Stock+st.SoldUnits, "no lost update: stock + sold == initial")
+	assert.Equal(t, o.units, st.SoldUnits, "every success is one order, nothing else is")
+	assert.Equal(t, o.ok, st.OrderCount)
+}

@@ -1,0 +1,83 @@
+package inventory
+
+import (
+	"context"
+	"strconv"
+	"sync"
+)
+
+// Locker is what inventory needs of a distributed lock service. NewLocker adapts the locking
+// package's *locking.Client to it; tests wrap it to inject faults.
+type Locker interface {
+	// Obtain takes the lock on key, waiting for it as long as the lock service allows (or ctx).
+	// floor is the lowest fencing token the caller accepts being issued below: the new token
+	// is greater than floor and than any token issued before. It returns an error wrapping
+	// ErrLockTimeout when the wait ended without the lock, and one wrapping ErrUnavailable
+	// when the lock service could not be reached.
+	Obtain(ctx context.Context, key string, floor int64) (Held, error)
+}
+
+// Held is one obtained lock.
+type Held interface {
+	// Token is the lock's fencing token.
+	Token() int64
+	// Context returns a context derived from parent that is cancelled when the lock is lost
+	// or released.
+	Context(parent context.Context) context.Context
+	// Release gives the lock back; it fails if the lock was lost or already released.
+	Release(ctx context.Context) error
+}
+
+// Admission limits how many purchases may be in flight; issue 6 plugs a semaphore in here.
+type Admission interface {
+	// Acquire admits one purchase of itemID, or fails with an error wrapping ErrOverloaded.
+	// The caller calls release once the purchase is over.
+	Acquire(ctx context.Context, itemID int64) (release func(), err error)
+}
+
+// lockKey is the lock key of an item (the locking client adds its prefix).
+func lockKey(itemID int64) string { return "item:" + strconv.FormatInt(itemID, 10) }
+
+// keyed is a set of in-process mutexes, one per key, whose waits honour a context. Entries
+// are removed when nobody holds or waits for them.
+type keyed[K comparable] struct {
+	mu sync.Mutex
+	m  map[K]*keyedEntry
+}
+
+type keyedEntry struct {
+	ch   chan struct{} // holds one token while locked
+	refs int           // holders and waiters
+}
+
+// lock waits for the key's mutex, or for ctx. On success the caller must call unlock.
+func (k *keyed[K]) lock(ctx context.Context, key K) (unlock func(), err error) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = make(map[K]*keyedEntry)
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{ch: make(chan struct{}, 1)}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+
+	select {
+	case e.ch <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-e.ch; k.drop(key, e) }) }, nil
+	case <-ctx.Done():
+		k.drop(key, e)
+		return nil, ctx.Err()
+	}
+}
+
+func (k *keyed[K]) drop(key K, e *keyedEntry) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e.refs--; e.refs == 0 {
+		delete(k.m, key)
+	}
+}

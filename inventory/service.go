@@ -1,0 +1,269 @@
+// Package inventory is the purchase use-case of the storefront: the selling strategies, the
+// database guard, idempotency and the catalogue queries. It knows nothing of HTTP.
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/stockguard/stockguard/models"
+)
+
+// Config configures a Service. DB is required; everything else is optional.
+type Config struct {
+	DB        *gorm.DB  // opened with models.Open
+	Locker    Locker    // the Redis lock (NewLocker); nil: lock and lock+guard answer ErrUnavailable
+	Redlock   Locker    // Redlock over several nodes; nil: redlock+guard is not offered
+	Admission Admission // nil: no admission limit
+	Default   string    // strategy of requests that name none; "" means lock+guard
+	Logger    *slog.Logger
+
+	// Ping, if set, is called by Ready to check the lock service (main passes the Redis
+	// client's PING). Default: none.
+	Ping func(ctx context.Context) error
+	// Sleep spends the simulated work; tests may replace it. Default: a timer that ends early
+	// with ctx's error when ctx ends.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Service sells items with the strategy each request names and answers catalogue queries.
+// It is safe for concurrent use.
+type Service struct {
+	db         *gorm.DB
+	store      store
+	log        *slog.Logger
+	def        string
+	ping       func(ctx context.Context) error
+	admission  Admission
+	strategies map[string]strategy
+	names      []string
+	keys       keyed[string] // idempotency keys in flight in this process
+}
+
+// NewService returns a Service over cfg. It fails when cfg.DB is nil or cfg.Default is not a
+// strategy the service offers.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("inventory: Config.DB is nil")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleepCtx
+	}
+	if cfg.Default == "" {
+		cfg.Default = StrategyLockGuard
+	}
+	s := &Service{
+		db:        cfg.DB,
+		store:     store{db: cfg.DB},
+		log:       cfg.Logger,
+		def:       cfg.Default,
+		ping:      cfg.Ping,
+		admission: cfg.Admission,
+	}
+	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger}
+	s.strategies = map[string]strategy{
+		StrategyNaive:     naive{d},
+		StrategyLocal:     local{deps: d, mu: &keyed[int64]{}},
+		StrategyLock:      lock{deps: d, locker: cfg.Locker},
+		StrategyGuard:     guard{d},
+		StrategyLockGuard: lockGuard{deps: d, locker: cfg.Locker, name: StrategyLockGuard},
+	}
+	s.names = []string{StrategyNaive, StrategyLocal, StrategyLock, StrategyGuard, StrategyLockGuard}
+	if cfg.Redlock != nil {
+		s.strategies[StrategyRedlockGuard] = lockGuard{deps: d, locker: cfg.Redlock, name: StrategyRedlockGuard}
+		s.names = append(s.names, StrategyRedlockGuard)
+	}
+	if _, ok := s.strategies[s.def]; !ok {
+		return nil, fmt.Errorf("inventory: default strategy %q is not offered (offered: %v)", s.def, s.names)
+	}
+	return s, nil
+}
+
+// ValidStrategy reports whether name is a strategy name this package knows (a Service offers
+// redlock+guard only when configured with a Redlock locker).
+func ValidStrategy(name string) bool {
+	switch name {
+	case StrategyNaive, StrategyLocal, StrategyLock, StrategyGuard, StrategyLockGuard, StrategyRedlockGuard:
+		return true
+	}
+	return false
+}
+
+// Strategies returns the names of the strategies this service offers, in a fixed order.
+func (s *Service) Strategies() []string { return append([]string(nil), s.names...) }
+
+// DefaultStrategy returns the strategy used when a request names none.
+func (s *Service) DefaultStrategy() string { return s.def }
+
+// Purchase sells req.Quantity units of req.ItemID with req.Strategy (or the default).
+//
+// It returns the receipt of the new order, or, when req.IdempotencyKey already produced an
+// order for the same item and quantity, that order's receipt with Replayed set. Errors wrap
+// one sentinel: ErrInvalid, ErrOverloaded (from Admission), ErrNotFound, ErrSoldOut,
+// ErrInsufficientStock, ErrIdempotencyConflict, ErrLockTimeout, ErrLockLost (after one
+// retry; nothing written), ErrUnavailable (lock service down, or the database busy after one
+// retry). Other errors are unexpected. A failed purchase writes nothing.
+func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, error) {
+	st, name, err := s.validate(&req)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if s.admission != nil {
+		release, err := s.admission.Acquire(ctx, req.ItemID)
+		if err != nil {
+			return Receipt{}, err
+		}
+		defer release()
+	}
+	p := purchase{
+		itemID:      req.ItemID,
+		quantity:    req.Quantity,
+		work:        req.Work,
+		key:         req.IdempotencyKey,
+		fingerprint: fingerprint(req.ItemID, req.Quantity),
+	}
+	if p.key == "" {
+		return s.run(ctx, st, name, p)
+	}
+
+	// One request per key at a time in this process: a second one waits, then replays.
+	unlock, err := s.keys.lock(ctx, p.key)
+	if err != nil {
+		return Receipt{}, fmt.Errorf("%w: waiting for an earlier request with the same idempotency key: %w", ErrLockTimeout, err)
+	}
+	defer unlock()
+	if rec, ok, err := s.replay(ctx, p); ok || err != nil {
+		return rec, err
+	}
+	rec, err := s.run(ctx, st, name, p)
+	if errors.Is(err, errDuplicateKey) {
+		// Another process stored an order under this key between our lookup and our write;
+		// ours was rolled back.
+		if rec, ok, err := s.replay(ctx, p); ok || err != nil {
+			return rec, err
+		}
+		return Receipt{}, fmt.Errorf("inventory: idempotency key %q collided but no order holds it", p.key)
+	}
+	return rec, err
+}
+
+// replay returns the receipt of the order stored under p.key, if there is one.
+func (s *Service) replay(ctx context.Context, p purchase) (Receipt, bool, error) {
+	o, ok, err := s.store.orderByKey(ctx, p.key)
+	if err != nil {
+		return Receipt{}, false, s.dbErr(err)
+	}
+	if !ok {
+		return Receipt{}, false, nil
+	}
+	if o.Fingerprint != p.fingerprint {
+		return Receipt{}, false, fmt.Errorf("%w: key was used for item %d, quantity %d",
+			ErrIdempotencyConflict, o.ItemID, o.Quantity)
+	}
+	return receiptOf(o, true), true, nil
+}
+
+// run calls the strategy, retrying once after a lost lock or stale fence and once after
+// SQLITE_BUSY.
+func (s *Service) run(ctx context.Context, st strategy, name string, p purchase) (Receipt, error) {
+	lostRetried, busyRetried := false, false
+	for {
+		rec, err := st.buy(ctx, p)
+		switch {
+		case err == nil:
+			s.log.Debug("purchase", "item", p.itemID, "quantity", p.quantity, "strategy", name,
+				"order", rec.OrderID, "remaining", rec.Remaining, "fence", rec.FenceToken)
+			return rec, nil
+		case errors.Is(err, ErrLockLost):
+			if !lostRetried && ctx.Err() == nil {
+				lostRetried = true
+				s.log.Info("purchase retried after lost lock", "item", p.itemID, "strategy", name, "err", err)
+				continue
+			}
+			s.log.Warn("purchase failed: lock lost", "item", p.itemID, "strategy", name, "err", err)
+			return Receipt{}, err
+		case models.IsBusy(err):
+			if !busyRetried && ctx.Err() == nil {
+				busyRetried = true
+				s.log.Warn("purchase retried after database busy", "item", p.itemID, "strategy", name)
+				continue
+			}
+			return Receipt{}, fmt.Errorf("%w: database busy: %w", ErrUnavailable, err)
+		case isDomain(err), errors.Is(err, errDuplicateKey):
+			return Receipt{}, err
+		default:
+			if ctx.Err() == nil {
+				s.log.Error("purchase failed", "item", p.itemID, "strategy", name, "err", err)
+			}
+			return Receipt{}, s.dbErr(err)
+		}
+	}
+}
+
+func (s *Service) validate(req *PurchaseRequest) (strategy, string, error) {
+	switch {
+	case req.ItemID <= 0:
+		return nil, "", fmt.Errorf("%w: item id must be positive", ErrInvalid)
+	case req.Quantity < 1 || req.Quantity > MaxQuantity:
+		return nil, "", fmt.Errorf("%w: quantity must be 1..%d, got %d", ErrInvalid, MaxQuantity, req.Quantity)
+	case req.Work < 0 || req.Work > MaxWork:
+		return nil, "", fmt.Errorf("%w: simulated work must be 0..%s, got %s", ErrInvalid, MaxWork, req.Work)
+	case len(req.IdempotencyKey) > 128 || !printableASCII(req.IdempotencyKey):
+		return nil, "", fmt.Errorf("%w: idempotency key must be 1..128 printable ASCII characters", ErrInvalid)
+	}
+	name := req.Strategy
+	if name == "" {
+		name = s.def
+	}
+	st, ok := s.strategies[name]
+	if !ok {
+		return nil, "", fmt.Errorf("%w: unknown strategy %q (offered: %v)", ErrInvalid, name, s.names)
+	}
+	return st, name, nil
+}
+
+func printableASCII(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// fingerprint identifies the request an idempotency key was used for.
+func fingerprint(itemID int64, quantity int) string {
+	return "item=" + strconv.FormatInt(itemID, 10) + ";quantity=" + strconv.Itoa(quantity)
+}
+
+// isDomain reports whether err wraps one of the package's sentinels.
+func isDomain(err error) bool {
+	for _, s := range []error{ErrInvalid, ErrNotFound, ErrSoldOut, ErrInsufficientStock,
+		ErrIdempotencyConflict, ErrOverloaded, ErrLockTimeout, ErrLockLost, ErrUnavailable} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// dbErr maps a database error: unreachable or busy becomes ErrUnavailable, others stay as is.
+func (s *Service) dbErr(err error) error {
+	if err == nil || isDomain(err) {
+		return err
+	}
+	if models.IsUnavailable(err) {
+		return fmt.Errorf("%w: database: %w", ErrUnavailable, err)
+	}
+	return err
+}

@@ -1,0 +1,188 @@
+package inventory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/stockguard/stockguard/models"
+)
+
+// purchase is one validated purchase request, as the strategies see it.
+type purchase struct {
+	itemID      int64
+	quantity    int
+	work        time.Duration
+	key         string // idempotency key; "" for none
+	fingerprint string
+}
+
+// row is what a strategy reads of an item.
+type row struct {
+	Stock      int
+	FenceToken int64
+}
+
+// store holds the SQL of a purchase: the reads and the short write transactions. Every write
+// transaction is BEGIN IMMEDIATE (models.Open sets _txlock=immediate) and does no slow work.
+type store struct {
+	db *gorm.DB
+}
+
+// read returns the item's stock and fence token, in a statement of its own (no transaction).
+func (st store) read(ctx context.Context, itemID int64) (row, error) {
+	return readRow(st.db.WithContext(ctx), itemID)
+}
+
+func readRow(db *gorm.DB, itemID int64) (row, error) {
+	var r row
+	err := db.Raw("SELECT stock, fence_token FROM items WHERE id = ?", itemID).Row().Scan(&r.Stock, &r.FenceToken)
+	if errors.Is(err, sql.ErrNoRows) {
+		return row{}, fmt.Errorf("%w: item %d", ErrNotFound, itemID)
+	}
+	return r, err
+}
+
+// checkStock tells whether quantity can be sold from stock: nil, ErrSoldOut or
+// ErrInsufficientStock.
+func checkStock(itemID int64, stock, quantity int) error {
+	switch {
+	case stock <= 0:
+		return fmt.Errorf("%w: item %d", ErrSoldOut, itemID)
+	case stock < quantity:
+		return fmt.Errorf("%w: item %d has %d left, %d asked", ErrInsufficientStock, itemID, stock, quantity)
+	}
+	return nil
+}
+
+// writeComputed is the unconditional write of naive, local and lock: it sets the stock the
+// caller computed from its earlier read, and inserts the order, in one short transaction.
+func (st store) writeComputed(ctx context.Context, p purchase, strategy string, newStock int, token int64) (Receipt, error) {
+	var rec Receipt
+	err := st.tx(ctx, func(tx *gorm.DB) error {
+		res := tx.Exec("UPDATE items SET stock = ?, updated_at = ? WHERE id = ?", newStock, time.Now().UTC(), p.itemID)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("%w: item %d", ErrNotFound, p.itemID)
+		}
+		var err error
+		rec, err = insertOrder(tx, p, strategy, token, newStock)
+		return err
+	})
+	return rec, err
+}
+
+// writeGuarded is the DB guard of guard and lock+guard: the conditional update and the order
+// insert in one short transaction. With fenced, the update also requires fence_token <= token
+// and sets fence_token = token, so a holder whose lock was taken over by a newer token writes
+// nothing. When no row is updated, one read tells why: ErrNotFound, ErrSoldOut,
+// ErrInsufficientStock, or (fenced) a stale token, reported as ErrLockLost.
+func (st store) writeGuarded(ctx context.Context, p purchase, strategy string, token int64, fenced bool) (Receipt, error) {
+	var rec Receipt
+	err := st.tx(ctx, func(tx *gorm.DB) error {
+		now := time.Now().UTC()
+		var q *gorm.DB
+		if fenced {
+			q = tx.Raw(`UPDATE items SET stock = stock - ?, fence_token = ?, updated_at = ?
+				WHERE id = ? AND stock >= ? AND fence_token <= ? RETURNING stock`,
+				p.quantity, token, now, p.itemID, p.quantity, token)
+		} else {
+			q = tx.Raw(`UPDATE items SET stock = stock - ?, updated_at = ?
+				WHERE id = ? AND stock >= ? RETURNING stock`,
+				p.quantity, now, p.itemID, p.quantity)
+		}
+		var remaining int
+		err := q.Row().Scan(&remaining)
+		if errors.Is(err, sql.ErrNoRows) {
+			return whyNotUpdated(tx, p, token, fenced)
+		}
+		if err != nil {
+			return err
+		}
+		rec, err = insertOrder(tx, p, strategy, token, remaining)
+		return err
+	})
+	return rec, err
+}
+
+// whyNotUpdated reads the item once to tell apart the reasons a guarded update changed nothing.
+func whyNotUpdated(tx *gorm.DB, p purchase, token int64, fenced bool) error {
+	r, err := readRow(tx, p.itemID)
+	if err != nil {
+		return err
+	}
+	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
+		return err
+	}
+	if fenced && r.FenceToken > token {
+		return fmt.Errorf("%w: stale fence token %d on item %d (database has seen %d)",
+			ErrLockLost, token, p.itemID, r.FenceToken)
+	}
+	// Not reachable in one transaction: the row passed both conditions on this read.
+	return fmt.Errorf("inventory: guarded update of item %d changed nothing (stock %d, fence %d)",
+		p.itemID, r.Stock, r.FenceToken)
+}
+
+func insertOrder(tx *gorm.DB, p purchase, strategy string, token int64, remaining int) (Receipt, error) {
+	o := models.Order{
+		ItemID:      p.itemID,
+		Quantity:    p.quantity,
+		Strategy:    strategy,
+		FenceToken:  token,
+		Fingerprint: p.fingerprint,
+		Remaining:   remaining,
+	}
+	if p.key != "" {
+		key := p.key
+		o.IdempotencyKey = &key
+	}
+	if err := tx.Create(&o).Error; err != nil {
+		if errors.Is(err, gorm.ErrDuplicatedKey) {
+			return Receipt{}, errDuplicateKey
+		}
+		return Receipt{}, err
+	}
+	return receiptOf(o, false), nil
+}
+
+func receiptOf(o models.Order, replayed bool) Receipt {
+	return Receipt{
+		OrderID:    o.ID,
+		ItemID:     o.ItemID,
+		Quantity:   o.Quantity,
+		Remaining:  o.Remaining,
+		FenceToken: o.FenceToken,
+		Strategy:   o.Strategy,
+		Replayed:   replayed,
+	}
+}
+
+// errDuplicateKey: another request (in another process) stored an order with the same
+// idempotency key first; the transaction was rolled back and the caller replays that order.
+var errDuplicateKey = errors.New("inventory: idempotency key already used")
+
+// tx runs fn in one short immediate transaction. Once begun, the transaction is not abandoned
+// when ctx is cancelled (a client that hangs up must not leave a commit of unknown outcome);
+// busy_timeout bounds its wait for the write lock. A ctx that is already done writes nothing.
+func (st store) tx(ctx context.Context, fn func(tx *gorm.DB) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return st.db.WithContext(context.WithoutCancel(ctx)).Transaction(fn)
+}
+
+// orderByKey returns the order stored under an idempotency key, if any.
+func (st store) orderByKey(ctx context.Context, key string) (models.Order, bool, error) {
+	var orders []models.Order
+	err := st.db.WithContext(ctx).Where("idempotency_key = ?", key).Limit(1).Find(&orders).Error
+	if err != nil || len(orders) == 0 {
+		return models.Order{}, false, err
+	}
+	return orders[0], true, nil
+}

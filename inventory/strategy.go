@@ -1,0 +1,180 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// strategy is one way of selling: the five rows of DESIGN.md's strategies table.
+type strategy interface {
+	// buy attempts the purchase once. A stale fence or a lost lock is an error wrapping
+	// ErrLockLost with nothing written; the service decides whether to retry.
+	buy(ctx context.Context, p purchase) (Receipt, error)
+}
+
+// deps is what every strategy uses.
+type deps struct {
+	store store
+	sleep func(ctx context.Context, d time.Duration) error // the simulated work
+	log   *slog.Logger
+}
+
+// naive reads the stock (a statement of its own), checks it, works, then writes the stock it
+// computed and the order in one short transaction. Concurrent buyers overwrite each other's
+// writes: it oversells, and exists to be seen failing.
+type naive struct{ deps }
+
+func (s naive) buy(ctx context.Context, p purchase) (Receipt, error) {
+	return readCheckWorkWrite(ctx, ctx, s.deps, p, StrategyNaive, 0)
+}
+
+// local is naive inside a per-item in-process mutex: safe within one process, oversells when
+// several processes sell the same item.
+type local struct {
+	deps
+	mu *keyed[int64]
+}
+
+func (s local) buy(ctx context.Context, p purchase) (Receipt, error) {
+	unlock, err := s.mu.lock(ctx, p.itemID)
+	if err != nil {
+		return Receipt{}, fmt.Errorf("%w: item %d (in-process mutex): %w", ErrLockTimeout, p.itemID, err)
+	}
+	defer unlock()
+	return readCheckWorkWrite(ctx, ctx, s.deps, p, StrategyLocal, 0)
+}
+
+// readCheckWorkWrite is the body of naive, local and lock. Work is spent under workCtx (the
+// lock's context for lock); the write is unconditional.
+func readCheckWorkWrite(ctx, workCtx context.Context, d deps, p purchase, name string, token int64) (Receipt, error) {
+	r, err := d.store.read(workCtx, p.itemID)
+	if err != nil {
+		return Receipt{}, lostOr(ctx, workCtx, err, p.itemID)
+	}
+	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
+		return Receipt{}, err
+	}
+	if err := d.sleep(workCtx, p.work); err != nil {
+		return Receipt{}, lostOr(ctx, workCtx, err, p.itemID)
+	}
+	if err := workCtx.Err(); err != nil {
+		return Receipt{}, lostOr(ctx, workCtx, err, p.itemID)
+	}
+	return d.store.writeComputed(ctx, p, name, r.Stock-p.quantity, token)
+}
+
+// guard works first, then lets the database decide with a conditional update. Safe; all
+// contention lands on the database.
+type guard struct{ deps }
+
+func (s guard) buy(ctx context.Context, p purchase) (Receipt, error) {
+	if err := s.sleep(ctx, p.work); err != nil {
+		return Receipt{}, err
+	}
+	return s.store.writeGuarded(ctx, p, StrategyGuard, 0, false)
+}
+
+// lock holds the item's Redis lock around read-check-work-write, with an unconditional write:
+// safe unless the lock is lost while the holder cannot notice (a pause past the lease, a
+// failover). It reports a loss it does notice before writing as ErrLockLost.
+type lock struct {
+	deps
+	locker Locker
+}
+
+func (s lock) buy(ctx context.Context, p purchase) (Receipt, error) {
+	held, err := obtain(ctx, s.locker, p.itemID, 0)
+	if err != nil {
+		return Receipt{}, err
+	}
+	defer s.release(ctx, held)
+	return readCheckWorkWrite(ctx, held.Context(ctx), s.deps, p, StrategyLock, held.Token())
+}
+
+// lockGuard holds the item's lock, works under it, then writes with the guard and the fence
+// check: a holder whose lock was taken over writes nothing. The item's stored fence token is
+// the lock's token floor, so tokens stay above what the database has seen even when Redis lost
+// its counter. Also used for redlock+guard, with a Redlock locker.
+type lockGuard struct {
+	deps
+	locker Locker
+	name   string
+}
+
+func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
+	// One read for the floor; it also answers not found and sold out without taking the lock.
+	// It decides nothing else: the guarded update does.
+	r, err := s.store.read(ctx, p.itemID)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
+		return Receipt{}, err
+	}
+	held, err := obtain(ctx, s.locker, p.itemID, r.FenceToken)
+	if err != nil {
+		return Receipt{}, err
+	}
+	defer s.release(ctx, held)
+	lctx := held.Context(ctx)
+	if err := s.sleep(lctx, p.work); err != nil {
+		return Receipt{}, lostOr(ctx, lctx, err, p.itemID)
+	}
+	if err := lctx.Err(); err != nil {
+		return Receipt{}, lostOr(ctx, lctx, err, p.itemID)
+	}
+	return s.store.writeGuarded(ctx, p, s.name, held.Token(), true)
+}
+
+// obtain takes the item's lock through l, mapping failures to the service's errors.
+func obtain(ctx context.Context, l Locker, itemID int64, floor int64) (Held, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: no lock service configured", ErrUnavailable)
+	}
+	held, err := l.Obtain(ctx, lockKey(itemID), floor)
+	switch {
+	case err == nil:
+		return held, nil
+	case errors.Is(err, ErrLockTimeout), errors.Is(err, ErrUnavailable):
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("%w: item %d: %w", ErrLockTimeout, itemID, err)
+	default:
+		return nil, fmt.Errorf("%w: lock service: %w", ErrUnavailable, err)
+	}
+}
+
+func (d deps) release(ctx context.Context, held Held) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := held.Release(rctx); err != nil {
+		d.log.Debug("lock release failed", "token", held.Token(), "err", err)
+	}
+}
+
+// lostOr turns an error seen under the lock's context into ErrLockLost when the lock, not the
+// caller, ended that context.
+func lostOr(ctx, lctx context.Context, err error, itemID int64) error {
+	if ctx.Err() == nil && lctx.Err() != nil {
+		return fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, itemID)
+	}
+	return err
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

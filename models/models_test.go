@@ -1,0 +1,232 @@
+package models_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/stockguard/stockguard/models"
+)
+
+// Child mode of TestConcurrentOpenFromProcesses: the test binary re-executes itself with these
+// variables set, opens the database and seeds it, and prints "seeded=<bool>".
+const (
+	envChildDB  = "STOCKGUARD_MODELS_CHILD_DB"
+	envChildDir = "STOCKGUARD_MODELS_CHILD_SYNC"
+	envChildID  = "STOCKGUARD_MODELS_CHILD_ID"
+)
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(envChildDB); path != "" {
+		os.Exit(child(path, os.Getenv(envChildDir), os.Getenv(envChildID)))
+	}
+	os.Exit(m.Run())
+}
+
+func child(path, syncDir, id string) int {
+	// Say we are ready, then wait for the go signal, so that every child opens at once.
+	if err := os.WriteFile(filepath.Join(syncDir, "ready-"+id), nil, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(syncDir, "go")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintln(os.Stderr, "no go signal")
+			return 2
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx := context.Background()
+	db, err := models.Open(ctx, path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 1
+	}
+	defer models.Close(db)
+	seeded, err := models.SeedDemo(ctx, db)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "seed:", err)
+		return 1
+	}
+	fmt.Printf("seeded=%v\n", seeded)
+	return 0
+}
+
+func openFile(t *testing.T, opts ...models.Option) (*gorm.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "store.db")
+	db, err := models.Open(context.Background(), path, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = models.Close(db) })
+	return db, path
+}
+
+func TestOpenSetsPragmas(t *testing.T) {
+	db, _ := openFile(t)
+	pragma := func(name string) string {
+		var v string
+		require.NoError(t, db.Raw("PRAGMA "+name).Row().Scan(&v))
+		return v
+	}
+	assert.Equal(t, "wal", pragma("journal_mode"))
+	assert.Equal(t, "1", pragma("synchronous"), "NORMAL")
+	assert.Equal(t, "1", pragma("foreign_keys"))
+	assert.Equal(t, "5000", pragma("busy_timeout"))
+	assert.True(t, db.Migrator().HasTable(&models.Item{}))
+	assert.True(t, db.Migrator().HasTable(&models.Order{}))
+}
+
+// A transaction must hold the write lock from BEGIN (_txlock=immediate): a second connection
+// cannot write while it is open, even though the transaction has not written yet.
+func TestTransactionsAreImmediate(t *testing.T) {
+	ctx := context.Background()
+	db, path := openFile(t)
+	other, err := models.Open(ctx, path, models.WithBusyTimeout(50*time.Millisecond))
+	require.NoError(t, err)
+	defer models.Close(other)
+
+	tx := db.Begin()
+	require.NoError(t, tx.Error)
+	var n int64
+	require.NoError(t, tx.Model(&models.Item{}).Count(&n).Error) // a read only
+
+	err = other.Exec("INSERT INTO items (sku, name, price_cents, stock, initial_stock) VALUES ('a','a',1,1,1)").Error
+	require.Error(t, err, "the open transaction holds the write lock")
+	assert.True(t, models.IsBusy(err), "got %v", err)
+	require.NoError(t, tx.Rollback().Error)
+
+	require.NoError(t, other.Exec("INSERT INTO items (sku, name, price_cents, stock, initial_stock) VALUES ('a','a',1,1,1)").Error)
+}
+
+func TestOpenIsIdempotentAndSeedsOnce(t *testing.T) {
+	ctx := context.Background()
+	db, path := openFile(t)
+	seeded, err := models.SeedDemo(ctx, db)
+	require.NoError(t, err)
+	assert.True(t, seeded)
+
+	again, err := models.Open(ctx, path)
+	require.NoError(t, err, "migrating a migrated database changes nothing")
+	defer models.Close(again)
+	seeded, err = models.SeedDemo(ctx, again)
+	require.NoError(t, err)
+	assert.False(t, seeded, "a catalogue is never seeded twice")
+
+	var items []models.Item
+	require.NoError(t, again.Order("id").Find(&items).Error)
+	require.Len(t, items, len(models.DemoItems()))
+	for _, it := range items {
+		assert.Equal(t, it.Stock, it.InitialStock)
+		assert.Zero(t, it.FenceToken)
+	}
+}
+
+func TestUniqueIndexes(t *testing.T) {
+	db, _ := openFile(t)
+	require.NoError(t, db.Create(&models.Item{SKU: "x", Name: "x", Stock: 1, InitialStock: 1}).Error)
+	err := db.Create(&models.Item{SKU: "x", Name: "y", Stock: 1, InitialStock: 1}).Error
+	assert.ErrorIs(t, err, gorm.ErrDuplicatedKey)
+
+	key := "k1"
+	require.NoError(t, db.Create(&models.Order{ItemID: 1, Quantity: 1, Strategy: "guard", IdempotencyKey: &key}).Error)
+	err = db.Create(&models.Order{ItemID: 1, Quantity: 1, Strategy: "guard", IdempotencyKey: &key}).Error
+	assert.ErrorIs(t, err, gorm.ErrDuplicatedKey)
+	// NULL keys do not collide.
+	require.NoError(t, db.Create(&models.Order{ItemID: 1, Quantity: 1, Strategy: "guard"}).Error)
+	require.NoError(t, db.Create(&models.Order{ItemID: 1, Quantity: 1, Strategy: "guard"}).Error)
+}
+
+func TestMemoryDatabasesArePrivate(t *testing.T) {
+	ctx := context.Background()
+	a, err := models.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	defer models.Close(a)
+	b, err := models.Open(ctx, ":memory:")
+	require.NoError(t, err)
+	defer models.Close(b)
+
+	seeded, err := models.SeedDemo(ctx, a)
+	require.NoError(t, err)
+	require.True(t, seeded)
+	seeded, err = models.SeedDemo(ctx, b)
+	require.NoError(t, err)
+	assert.True(t, seeded, "b is another database")
+
+	// The data survives across statements and goroutines (one connection, never recycled).
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var n int64
+			assert.NoError(t, a.Model(&models.Item{}).Count(&n).Error)
+			assert.EqualValues(t, len(models.DemoItems()), n)
+		}()
+	}
+	wg.Wait()
+}
+
+func TestOpenRejectsBadDSN(t *testing.T) {
+	_, err := models.Open(context.Background(), "")
+	assert.Error(t, err)
+	_, err = models.Open(context.Background(), filepath.Join(t.TempDir(), "no", "such", "dir", "x.db"))
+	assert.Error(t, err)
+}
+
+// Three processes open one fresh file at the same moment: all come up, and the catalogue is
+// seeded exactly once.
+func TestConcurrentOpenFromProcesses(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fresh.db")
+	const n = 3
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for i := range cmds {
+		outs[i] = &bytes.Buffer{}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), envChildDB+"="+path, envChildDir+"="+dir, fmt.Sprintf("%s=%d", envChildID, i))
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		require.NoError(t, cmd.Start())
+		cmds[i] = cmd
+	}
+	require.Eventually(t, func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "ready-*"))
+		return len(m) == n
+	}, 20*time.Second, 5*time.Millisecond, "children did not start")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o600))
+
+	seededCount := 0
+	for i, cmd := range cmds {
+		err := cmd.Wait()
+		out := outs[i].String()
+		require.NoError(t, err, "child %d: %s", i, out)
+		if strings.Contains(out, "seeded=true") {
+			seededCount++
+		} else {
+			assert.Contains(t, out, "seeded=false")
+		}
+	}
+	assert.Equal(t, 1, seededCount, "exactly one process seeds")
+
+	db, err := models.Open(context.Background(), path)
+	require.NoError(t, err)
+	defer models.Close(db)
+	var count int64
+	require.NoError(t, db.Model(&models.Item{}).Count(&count).Error)
+	assert.EqualValues(t, len(models.DemoItems()), count)
+}

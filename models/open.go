@@ -1,0 +1,209 @@
+package models
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+	"gorm.io/driver/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// Option changes how Open opens the database.
+type Option func(*options)
+
+type options struct {
+	logger       *slog.Logger
+	maxOpenConns int
+	busyTimeout  time.Duration
+}
+
+// WithLogger makes Open and GORM log through l (GORM logs only slow statements and errors).
+// Default: discard.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithMaxOpenConns bounds the connection pool of a file database. Default: max(4, GOMAXPROCS).
+// An in-memory database always uses one connection.
+func WithMaxOpenConns(n int) Option { return func(o *options) { o.maxOpenConns = n } }
+
+// WithBusyTimeout sets how long a statement waits for another connection's write lock before
+// it fails with SQLITE_BUSY. Default: 5s.
+func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
+
+// Open opens (creating it if needed) the SQLite database dsn and migrates its schema.
+//
+// dsn is a file path, a "file:" URI, or ":memory:". Every connection runs in WAL mode with
+// synchronous=NORMAL, a busy timeout, foreign keys on, and BEGIN IMMEDIATE for every
+// transaction (_txlock=immediate), so a transaction holds the write lock from its start and a
+// read-then-write transaction cannot fail half-way with SQLITE_BUSY. Parameters already in
+// dsn win over these defaults. ":memory:" gives a private database on a single connection,
+// for tests. Several processes may open one fresh file at the same moment: the migration runs
+// in one immediate transaction and is idempotent.
+//
+// Open fails if the file cannot be opened or the migration fails. The caller closes the
+// database with Close.
+func Open(ctx context.Context, dsn string, opts ...Option) (*gorm.DB, error) {
+	o := options{
+		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		maxOpenConns: max(4, runtime.GOMAXPROCS(0)),
+		busyTimeout:  5 * time.Second,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	full, memory, err := buildDSN(dsn, o.busyTimeout)
+	if err != nil {
+		return nil, err
+	}
+	// A fresh file that several processes open at once can answer SQLITE_BUSY while one of
+	// them switches it to WAL (that step does not wait on the busy handler): retry.
+	var db *gorm.DB
+	err = retryBusy(ctx, func() error {
+		var err error
+		db, err = openOnce(ctx, full, memory, o)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("models: open %s: %w", dsn, err)
+	}
+	o.logger.Debug("database open", "dsn", dsn, "memory", memory)
+	return db, nil
+}
+
+func openOnce(ctx context.Context, full string, memory bool, o options) (*gorm.DB, error) {
+	db, err := gorm.Open(sqlite.Open(full), &gorm.Config{
+		SkipDefaultTransaction: true, // transactions are explicit and short
+		TranslateError:         true, // unique violations become gorm.ErrDuplicatedKey
+		Logger: logger.NewSlogLogger(o.logger, logger.Config{
+			SlowThreshold:             time.Second,
+			LogLevel:                  logger.Warn,
+			IgnoreRecordNotFoundError: true,
+		}),
+	})
+	if err != nil {
+		return nil, err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	if memory {
+		// One connection that is never recycled: closing it would drop the database.
+		sqlDB.SetMaxOpenConns(1)
+		sqlDB.SetMaxIdleConns(1)
+	} else {
+		sqlDB.SetMaxOpenConns(o.maxOpenConns)
+		sqlDB.SetMaxIdleConns(o.maxOpenConns)
+	}
+	sqlDB.SetConnMaxLifetime(0)
+	sqlDB.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, db); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close closes the database's connection pool.
+func Close(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+var memSeq atomic.Int64
+
+// buildDSN adds the pragmas as mattn/go-sqlite3 DSN parameters, keeping any the caller set.
+func buildDSN(dsn string, busy time.Duration) (full string, memory bool, err error) {
+	if strings.TrimSpace(dsn) == "" {
+		return "", false, errors.New("models: empty database path")
+	}
+	path, rawQuery, _ := strings.Cut(dsn, "?")
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", false, fmt.Errorf("models: bad parameters in %q: %w", dsn, err)
+	}
+	memory = path == ":memory:" || path == "file::memory:" || q.Get("mode") == "memory"
+	set := func(k, v string) {
+		if !q.Has(k) {
+			q.Set(k, v)
+		}
+	}
+	if memory && (path == ":memory:" || path == "file::memory:") {
+		// A named private database, so that the name cannot collide with another Open's.
+		path = "file:stockguard-mem-" + strconv.FormatInt(memSeq.Add(1), 10)
+		q.Set("mode", "memory")
+	}
+	if !memory {
+		set("_journal_mode", "WAL")
+		set("_synchronous", "NORMAL")
+	}
+	set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
+	set("_foreign_keys", "1")
+	set("_txlock", "immediate")
+	return path + "?" + q.Encode(), memory, nil
+}
+
+// migrate creates the schema with GORM's AutoMigrate in one immediate transaction: processes
+// that migrate one file at once run one after the other, and the later ones find the tables
+// and indexes in place and change nothing.
+func migrate(ctx context.Context, db *gorm.DB) error {
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return tx.AutoMigrate(&Item{}, &Order{})
+	})
+}
+
+// retryBusy runs fn again while it fails with SQLITE_BUSY, up to 10 times with a growing pause.
+func retryBusy(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if err = fn(); err == nil || !IsBusy(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// IsBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED: another connection held
+// the lock for longer than the busy timeout.
+func IsBusy(err error) bool {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		return se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked
+	}
+	return false
+}
+
+// IsUnavailable reports whether err means the database cannot be used right now: busy past
+// the busy timeout, the file cannot be opened or read, or the pool is closed.
+func IsUnavailable(err error) bool {
+	if IsBusy(err) || errors.Is(err, sql.ErrConnDone) {
+		return true
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrCantOpen, sqlite3.ErrIoErr, sqlite3.ErrReadonly, sqlite3.ErrFull:
+			return true
+		}
+	}
+	return strings.Contains(fmt.Sprint(err), "sql: database is closed")
+}
