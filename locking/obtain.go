@@ -134,11 +134,13 @@ func maybeExecuted(err error) bool {
 		(errors.As(err, &ne) && ne.Timeout())
 }
 
-// forget deletes owner's hold if an attempt whose reply was lost took the lock.
+// forget deletes the lock if owner still holds it: after an attempt whose reply was lost
+// (it may have taken the lock), or after a loss that left the key in Redis. Best effort,
+// bounded by CallTimeout only: ctx may have ended, which is what made the reply go missing.
 func (c *Client) forget(ctx context.Context, k keys, owner string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
 	defer cancel()
-	_ = releaseScript.Run(cctx, c.rdb, []string{k.hash}, owner, k.channel).Err()
+	_ = releaseScript.Run(cctx, c.rdb, []string{k.hash}, owner, k.channel, "1").Err()
 }
 
 // reenter adds a hold to h for a caller whose context carries it.

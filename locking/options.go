@@ -49,7 +49,8 @@ type Options struct {
 }
 
 // Hooks are optional callbacks on lock events. They are called synchronously from the
-// goroutine that caused the event (Obtain, Release or the watchdog) and must be quick.
+// goroutine that caused the event (Obtain, Release or the watchdog) and must be quick; Lost
+// runs on the lock's watchdog goroutine, so it must not call Release (which waits for it).
 // Re-entrant obtains and releases (see Client.Obtain) do not fire Acquired or Released:
 // each key fires Acquired once per first acquisition and Released or Lost once after it.
 type Hooks struct {

@@ -2,6 +2,7 @@ package locking
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -37,11 +38,16 @@ func (l *Lock) Release(ctx context.Context) error {
 		h.wd.stop()
 	}
 	if lost != nil {
+		if last && !errors.Is(lost, errTaken) {
+			// Redis was unreachable or the fixed lease ran out: the key may still be ours.
+			// Delete it so waiters need not wait for its expiry.
+			h.c.forget(ctx, h.k, h.owner)
+		}
 		return ErrNotHeld
 	}
 	cctx, cancel := h.c.callContext(ctx)
 	defer cancel()
-	left, err := releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel).Int64()
+	left, err := releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel, "0").Int64()
 	if err != nil {
 		return fmt.Errorf("locking: release %q: %w", h.k.name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,16 +28,23 @@ type watchdog struct {
 	onRenewed   func()
 	onLost      func(err error) // called at most once, from the watchdog goroutine
 
+	lastSent atomic.Int64 // unix ns when the last successful renewal was sent (for tests)
+
 	ctx  context.Context // cancelled by stop; bounds every renewal too
 	quit context.CancelFunc
 	done chan struct{}
 }
 
-// errUnreachable is the cause joined to ErrLost when renewals failed until the deadline.
-var errUnreachable = errors.New("locking: renewals failed until the lease could have expired")
+// Causes joined to ErrLost.
+var (
+	errUnreachable = errors.New("renewals failed until the lease could have expired")
+	errTaken       = errors.New("renewal found the lock gone or taken by another")
+	errLeaseOver   = errors.New("the fixed lease ran out")
+)
 
 // start runs the watchdog from sent, the time the call that set the lease was sent.
 func (w *watchdog) start(sent time.Time) {
+	w.lastSent.Store(sent.UnixNano())
 	w.ctx, w.quit = context.WithCancel(context.Background())
 	w.done = make(chan struct{})
 	if w.interval <= 0 {
@@ -77,7 +85,7 @@ func (w *watchdog) run(sent time.Time) {
 			if lastErr != nil {
 				w.onLost(fmt.Errorf("%w: %w (last: %w)", ErrLost, errUnreachable, lastErr))
 			} else {
-				w.onLost(fmt.Errorf("%w: lease ran out", ErrLost))
+				w.onLost(fmt.Errorf("%w: %w", ErrLost, errLeaseOver))
 			}
 			return
 		}
@@ -86,12 +94,13 @@ func (w *watchdog) run(sent time.Time) {
 		case err == nil && held:
 			lastErr = nil
 			lossAt = w.deadline(now)
+			w.lastSent.Store(now.UnixNano())
 			next = w.interval
 			if w.onRenewed != nil {
 				w.onRenewed()
 			}
 		case err == nil:
-			w.onLost(fmt.Errorf("%w: renewal found it gone or taken", ErrLost))
+			w.onLost(fmt.Errorf("%w: %w", ErrLost, errTaken))
 			return
 		default:
 			if w.ctx.Err() != nil { // the call was cut short by stop

@@ -1,0 +1,93 @@
+package locking
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReentrancyDepth3(t *testing.T) {
+	verifyNoLeaks(t)
+	var acquired, released atomic.Int64
+	c := newClient(t, nil, &Options{Hooks: Hooks{
+		Acquired: func(string, int64, time.Duration) { acquired.Add(1) },
+		Released: func(string, time.Duration) { released.Add(1) },
+	}})
+	ctx := ctxT(t, 10*time.Second)
+	key := uniqueKey(t)
+	k := c.keysFor(key)
+
+	l1, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	ctx1 := l1.Context(ctx)
+	l2, err := c.Obtain(ctx1, key)
+	require.NoError(t, err)
+	ctx2, cancel := context.WithTimeout(l2.Context(ctx1), 5*time.Second) // derived contexts re-enter too
+	defer cancel()
+	l3, err := c.TryObtain(ctx2, key)
+	require.NoError(t, err)
+	assert.Equal(t, l1.Token(), l2.Token())
+	assert.Equal(t, l1.Token(), l3.Token())
+	count, err := c.rdb.HGet(ctx, k.hash, l1.h.owner).Int()
+	require.NoError(t, err)
+	assert.Equal(t, 3, count)
+
+	// Another goroutine with a plain context waits, and so does another client.
+	entered := make(chan *Lock, 2)
+	other := newClient(t, nil, nil)
+	for _, cl := range []*Client{c, other} {
+		go func() {
+			l, err := cl.Obtain(ctx, key)
+			assert.NoError(t, err)
+			entered <- l
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	require.NoError(t, l3.Release(ctx))
+	require.NoError(t, l2.Release(ctx))
+	assert.ErrorIs(t, l2.Release(ctx), ErrNotHeld)
+	select {
+	case <-entered:
+		t.Fatal("a waiter entered before the last release")
+	case <-time.After(100 * time.Millisecond):
+	}
+	assert.NoError(t, l1.Err(), "inner releases leave the lock held")
+	assert.Error(t, ctx2.Err(), "the released inner lock's context is cancelled")
+	assert.NoError(t, ctx1.Err(), "the outer lock's context is not")
+	count, err = c.rdb.HGet(ctx, k.hash, l1.h.owner).Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, count)
+
+	released0 := time.Now()
+	require.NoError(t, l1.Release(ctx))
+	first := <-entered
+	t.Logf("first waiter entered %s after the last release", time.Since(released0))
+	assert.Greater(t, first.Token(), l1.Token())
+	require.NoError(t, first.Release(ctx))
+	second := <-entered
+	require.NoError(t, second.Release(ctx))
+	// l1 and c's waiter: re-entry fires neither hook (other has no hooks).
+	assert.Equal(t, int64(2), acquired.Load(), "Acquired")
+	assert.Equal(t, int64(2), released.Load(), "Released")
+	assert.Zero(t, c.notify.wokenByTimer.Load()+other.notify.wokenByTimer.Load(), "waiters woke by message only")
+}
+
+func TestReentryOfLostLockFails(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, &Options{Lease: 300 * time.Millisecond})
+	ctx := ctxT(t, 5*time.Second)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	lockCtx := l.Context(ctx)
+	require.NoError(t, c.rdb.Del(ctx, c.keysFor(key).hash).Err())
+	<-l.Done()
+	_, err = c.Obtain(lockCtx, key)
+	assert.ErrorIs(t, err, ErrNotObtained)
+	assert.ErrorIs(t, err, context.Canceled)
+}
