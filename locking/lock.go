@@ -51,15 +51,16 @@ func (h *hold) finishLocked(l *Lock, err, cause error) {
 		return
 	}
 	l.err, l.cause = err, cause
-	close(l.done)
-	for _, cancel := range l.cancels {
+	for _, cancel := range l.cancels { // before Done, so a closed Done implies cancelled contexts
 		cancel(cause)
 	}
 	l.cancels = nil
+	close(l.done)
 	delete(h.live, l)
 }
 
-// lose is the watchdog's onLost: every open handle learns of the loss at once.
+// lose is the watchdog's onLost: the Lost hook runs, then every open handle learns of the
+// loss (Done closed, contexts cancelled). A Release in between returns ErrNotHeld.
 func (h *hold) lose(err error) {
 	h.mu.Lock()
 	if h.lost != nil {
@@ -67,14 +68,16 @@ func (h *hold) lose(err error) {
 		return
 	}
 	h.lost = err
-	for l := range h.live {
-		h.finishLocked(l, ErrLost, err)
-	}
 	h.mu.Unlock()
 	h.c.log.Warn("locking: lock lost", "key", h.k.name, "token", h.token, "err", err)
 	if f := h.c.hooks.Lost; f != nil {
 		f(h.k.name, err)
 	}
+	h.mu.Lock()
+	for l := range h.live {
+		h.finishLocked(l, ErrLost, err)
+	}
+	h.mu.Unlock()
 }
 
 // Key returns the key the lock was obtained on, without the prefix ("" for nil).

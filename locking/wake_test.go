@@ -39,7 +39,9 @@ func TestWaiterWokenByReleaseMessage(t *testing.T) {
 		l, err := holder.Obtain(ctx, key)
 		require.NoError(t, err)
 		got := make(chan time.Time, 1)
+		finished := make(chan struct{})
 		go func() {
+			defer close(finished)
 			w, err := waiter.Obtain(ctx, key)
 			got <- time.Now()
 			if assert.NoError(t, err) {
@@ -56,13 +58,15 @@ func TestWaiterWokenByReleaseMessage(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("waiter not woken by the release")
 		}
-		waitForWaiters(t, waiter, key, 0)
+		<-finished
 	}
 	slices.Sort(lat)
 	t.Logf("release-to-entry over %d handoffs: p50 %s, p90 %s, max %s",
 		rounds, lat[rounds/2], lat[rounds*9/10], lat[rounds-1])
 	assert.Zero(t, waiter.notify.wokenByTimer.Load(), "no wake-up by the TTL timer")
-	assert.Equal(t, int64(rounds), waiter.notify.wokenByMessage.Load(), "one wake-up by message per release")
+	// At least one per release; a release message delivered late may wake the next round's
+	// waiter once more, which then finds the lock held and sleeps again.
+	assert.GreaterOrEqual(t, waiter.notify.wokenByMessage.Load(), int64(rounds), "wake-ups by message")
 	assert.Less(t, lat[rounds/2], 500*time.Millisecond, "far below the 10s TTL fallback")
 }
 
