@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +66,7 @@ type outcome struct {
 	ok       int
 	units    int
 	errs     map[string]int
+	samples  map[string]string // one full message per kind, for failure reports
 	receipts []inventory.Receipt
 }
 
@@ -81,6 +83,12 @@ func (o *outcome) add(rec inventory.Receipt, err error, quantity int) {
 		o.errs = map[string]int{}
 	}
 	o.errs[errKind(err)]++
+	if o.samples == nil {
+		o.samples = map[string]string{}
+	}
+	if _, ok := o.samples[errKind(err)]; !ok {
+		o.samples[errKind(err)] = err.Error()
+	}
 }
 
 func errKind(err error) string {
@@ -98,6 +106,12 @@ func errKind(err error) string {
 // services, and waits for them.
 func burst(t testing.TB, services []*inventory.Service, strategy string, itemID int64, n int, work time.Duration) *outcome {
 	t.Helper()
+	return burstWith(t, services, strategy, itemID, n, func(int) time.Duration { return work })
+}
+
+// burstWith is burst with a simulated work per purchase.
+func burstWith(t testing.TB, services []*inventory.Service, strategy string, itemID int64, n int, work func(i int) time.Duration) *outcome {
+	t.Helper()
 	var (
 		o     outcome
 		wg    sync.WaitGroup
@@ -112,7 +126,7 @@ func burst(t testing.TB, services []*inventory.Service, strategy string, itemID 
 			q := i%3 + 1
 			<-start
 			rec, err := services[i%len(services)].Purchase(ctx, inventory.PurchaseRequest{
-				ItemID: itemID, Quantity: q, Strategy: strategy, Work: work,
+				ItemID: itemID, Quantity: q, Strategy: strategy, Work: work(i),
 			})
 			o.add(rec, err, q)
 		}(i)
@@ -148,3 +162,5 @@ func assertSafe(t testing.TB, s *inventory.Service, itemID int64, o *outcome) {
 	assert.Equal(t, o.units, st.SoldUnits, "every success is one order, nothing else is")
 	assert.Equal(t, o.ok, st.OrderCount)
 }
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,0 +1,315 @@
+package inventory_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
+	"github.com/stockguard/stockguard/models"
+)
+
+const lockPrefix = "stockguard:lock:"
+
+// lockService returns a Service whose Locker is a real locking.Client on srv.
+func lockService(t testing.TB, db *gorm.DB, srv *redistest.Server, opts locking.Options, wrap func(inventory.Locker) inventory.Locker) (*inventory.Service, *locking.Client) {
+	t.Helper()
+	rdb := warmClient(t, srv)
+	opts.KeyPrefix = lockPrefix
+	lc := locking.New(rdb, &opts)
+	t.Cleanup(func() { _ = lc.Close() })
+	var l inventory.Locker = inventory.NewLocker(lc)
+	if wrap != nil {
+		l = wrap(l)
+	}
+	s := newService(t, inventory.Config{DB: db, Locker: l, Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	return s, lc
+}
+
+// warmClient returns a client with enough connections already dialled for a burst of
+// concurrent lock calls: with a short lease the lock's call timeout is a few milliseconds,
+// less than dialling takes on a loaded test machine.
+func warmClient(t testing.TB, srv *redistest.Server) *redis.Client {
+	t.Helper()
+	o := srv.Options()
+	o.PoolSize = 64
+	rdb := redis.NewClient(o)
+	t.Cleanup(func() { _ = rdb.Close() })
+	var wg sync.WaitGroup
+	for i := 0; i < 48; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rdb.Ping(context.Background()).Err()
+		}()
+	}
+	wg.Wait()
+	return rdb
+}
+
+// oblivious hands out locks whose holder cannot notice their loss: their context never ends
+// early, as for a process paused (GC, SIGSTOP, a slow VM) past its lease, which wakes up and
+// writes before any timer of its own fires.
+func oblivious(l inventory.Locker) inventory.Locker { return obliviousLocker{l} }
+
+type obliviousLocker struct{ inventory.Locker }
+
+func (o obliviousLocker) Obtain(ctx context.Context, key string, floor int64) (inventory.Held, error) {
+	h, err := o.Locker.Obtain(ctx, key, floor)
+	if err != nil {
+		return nil, err
+	}
+	return obliviousHeld{h}, nil
+}
+
+type obliviousHeld struct{ inventory.Held }
+
+func (obliviousHeld) Context(parent context.Context) context.Context { return parent }
+
+// ordersOf returns every order of itemID, ascending by id.
+func ordersOf(t testing.TB, s *inventory.Service, itemID int64) []models.Order {
+	t.Helper()
+	orders, err := s.ListOrders(context.Background(), inventory.OrderQuery{ItemID: itemID, Limit: 1000})
+	require.NoError(t, err)
+	return orders
+}
+
+// assertFenceOrder checks that the fence tokens of lock+guard's orders never go down in
+// commit order: no write of an older holder after a newer one.
+func assertFenceOrder(t testing.TB, orders []models.Order) {
+	t.Helper()
+	for i := 1; i < len(orders); i++ {
+		assert.GreaterOrEqual(t, orders[i].FenceToken, orders[i-1].FenceToken, "order %d", orders[i].ID)
+	}
+}
+
+func TestLockStrategiesNeverOversell(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
+		t.Run(name, func(t *testing.T) {
+			db, _ := openDB(t)
+			s, _ := lockService(t, db, srv, locking.Options{}, nil)
+			id := resetItems(t, s, burstStock)[0]
+
+			o := burst(t, []*inventory.Service{s}, name, id, burstSize, 0)
+			assertSafe(t, s, id, o)
+			assert.Less(t, statsOf(t, s, id).Stock, 3)
+			if name == inventory.StrategyLockGuard {
+				assertFenceOrder(t, ordersOf(t, s, id))
+			}
+		})
+	}
+}
+
+// Two processes (two Services, two lock clients, two connection pools) sharing the Redis and
+// the database: the Redis lock excludes across processes, unlike local.
+func TestLockGuardSafeAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	db, path := openDB(t)
+	a, _ := lockService(t, db, srv, locking.Options{}, nil)
+	b, _ := lockService(t, openPath(t, path), srv, locking.Options{}, nil)
+	id := resetItems(t, a, burstStock)[0]
+
+	o := burst(t, []*inventory.Service{a, b}, inventory.StrategyLockGuard, id, burstSize, time.Millisecond)
+	assertSafe(t, a, id, o)
+	assertFenceOrder(t, ordersOf(t, a, id))
+}
+
+// A lock that expires mid-purchase (short fixed lease, no watchdog, work longer than the
+// lease) while its holder cannot notice: lock oversells, lock+guard does not, because the
+// fence check refuses the older holder's write. This is the lesson of the fence.
+func TestExpiredLockMidPurchase(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := locking.Options{Lease: 100 * time.Millisecond, DisableWatchdog: true}
+	// Slow and fast purchases alternate, so that a newer holder often writes before an older one.
+	work := func(i int) time.Duration {
+		if i%2 == 0 {
+			return 250 * time.Millisecond
+		}
+		return 5 * time.Millisecond
+	}
+	const n, stock = 30, 15
+
+	t.Run("lock oversells", func(t *testing.T) {
+		db, _ := openDB(t)
+		s, _ := lockService(t, db, srv, opts, oblivious)
+		id := resetItems(t, s, stock)[0]
+		o := burstWith(t, []*inventory.Service{s}, inventory.StrategyLock, id, n, work)
+		st := statsOf(t, s, id)
+		assert.Positive(t, st.OversoldUnits, "an expired lock lets two holders sell the same units")
+		t.Logf("lock: %d ok, sold %d of %d, oversold %d, errors %v %v", o.ok, st.SoldUnits, st.InitialStock, st.OversoldUnits, o.errs, o.samples)
+	})
+	for name, wrap := range map[string]func(inventory.Locker) inventory.Locker{
+		"lock+guard safe, holder oblivious": oblivious,
+		"lock+guard safe, holder told":      nil, // the real lock cancels its context at the end of the lease
+	} {
+		t.Run(name, func(t *testing.T) {
+			db, _ := openDB(t)
+			s, _ := lockService(t, db, srv, opts, wrap)
+			id := resetItems(t, s, stock)[0]
+			o := burstWith(t, []*inventory.Service{s}, inventory.StrategyLockGuard, id, n, work)
+			assertSafe(t, s, id, o)
+			assertFenceOrder(t, ordersOf(t, s, id))
+			t.Logf("%s: %d ok, %d units, errors %v", name, o.ok, o.units, o.errs)
+		})
+	}
+}
+
+// The deterministic case: A takes the lock and works past its lease; B takes the expired lock,
+// buys and writes first; then A wakes and writes. lock loses B's update; lock+guard refuses
+// A's stale write, retries with a new token and records both purchases.
+func TestStaleHolderWritesAfterNewerOne(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := locking.Options{Lease: 80 * time.Millisecond, DisableWatchdog: true}
+	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
+		t.Run(name, func(t *testing.T) {
+			db, _ := openDB(t)
+			s, _ := lockService(t, db, srv, opts, oblivious)
+			id := resetItems(t, s, 10)[0]
+			ctx := t.Context()
+
+			slow := make(chan error, 1)
+			var slowRec inventory.Receipt
+			go func() {
+				var err error
+				slowRec, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name, Work: 300 * time.Millisecond})
+				slow <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // A holds the lock
+			fast, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: name})
+			require.NoError(t, err, "B gets the lock once A's lease ran out")
+			require.NoError(t, <-slow)
+
+			st := statsOf(t, s, id)
+			if name == inventory.StrategyLock {
+				assert.Equal(t, 3, st.SoldUnits)
+				assert.Equal(t, 9, st.Stock, "A overwrote B's update: 2 units sold twice")
+				return
+			}
+			assert.Equal(t, 7, st.Stock, "both purchases counted")
+			assert.Equal(t, 3, st.SoldUnits)
+			assert.Greater(t, slowRec.FenceToken, fast.FenceToken, "A's stale write was refused and retried with a newer token")
+		})
+	}
+}
+
+// After the Redis data is wiped (FLUSHALL, or a restart without persistence) lock+guard keeps
+// selling: the item's stored fence token is the floor of the next token.
+func TestFenceFloorAfterRedisWipe(t *testing.T) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t)
+	s, _ := lockService(t, db, srv, locking.Options{}, nil)
+	id := resetItems(t, s, 100)[0]
+	ctx := t.Context()
+	rdb := srv.Client(t)
+
+	var last int64
+	buy := func(what string) {
+		t.Helper()
+		var (
+			rec inventory.Receipt
+			err error
+		)
+		// The first call after a restart may meet a dead pooled connection: allow one retry.
+		for attempt := 0; attempt < 2; attempt++ {
+			if rec, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard}); err == nil {
+				break
+			}
+		}
+		require.NoError(t, err, what)
+		assert.Greater(t, rec.FenceToken, last, what)
+		last = rec.FenceToken
+	}
+	for i := 0; i < 3; i++ {
+		buy("before the wipe")
+	}
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	buy("after FLUSHALL")
+	buy("after FLUSHALL, again")
+	srv.Restart(t)
+	buy("after a restart")
+	buy("after a restart, again")
+
+	st := statsOf(t, s, id)
+	assert.Equal(t, 7, st.SoldUnits)
+	item, err := s.GetItem(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, last, item.FenceToken, "the item stores the last token that wrote it")
+}
+
+func TestRedisDownIsUnavailableFast(t *testing.T) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t)
+	s, _ := lockService(t, db, srv, locking.Options{CallTimeout: 200 * time.Millisecond}, nil)
+	id := resetItems(t, s, 10)[0]
+	ctx := t.Context()
+	require.NoError(t, s.Ready(ctx))
+
+	check := func(state string) {
+		t.Helper()
+		for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
+			start := time.Now()
+			_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name})
+			assert.ErrorIs(t, err, inventory.ErrUnavailable, "%s, %s", state, name)
+			assert.Less(t, time.Since(start), time.Second, "%s, %s: no hang", state, name)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		assert.ErrorIs(t, s.Ready(rctx), inventory.ErrUnavailable, state)
+		cancel()
+		_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyGuard})
+		assert.NoError(t, err, "%s: guard needs no Redis", state)
+	}
+	srv.Pause()
+	check("paused (black-holed)")
+	srv.Resume()
+	srv.Stop()
+	check("stopped")
+
+	assert.Equal(t, 2, statsOf(t, s, id).SoldUnits, "only guard sold")
+}
+
+func TestLockWaitExhaustedIsLockTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t)
+	s, lc := lockService(t, db, srv, locking.Options{Wait: 100 * time.Millisecond}, nil)
+	id := resetItems(t, s, 10)[0]
+	ctx := t.Context()
+
+	held, err := lc.Obtain(ctx, "item:"+itoa(id))
+	require.NoError(t, err)
+	defer held.Release(ctx)
+	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
+		_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name})
+		assert.ErrorIs(t, err, inventory.ErrLockTimeout, name)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	_, err = s.Purchase(cctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard})
+	assert.ErrorIs(t, err, inventory.ErrLockTimeout, "the caller's deadline ends the wait too")
+	assert.Equal(t, 10, statsOf(t, s, id).Stock)
+}
+
+// A lock lost before the write (its context cancelled) is retried once, then ErrLockLost.
+func TestLostLockRetriedThenLockLost(t *testing.T) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t)
+	// Every lock is lost about 60ms into the purchase's 300ms of work.
+	s, _ := lockService(t, db, srv, locking.Options{Lease: 60 * time.Millisecond, DisableWatchdog: true}, nil)
+	id := resetItems(t, s, 10)[0]
+	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
+		start := time.Now()
+		_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name, Work: 300 * time.Millisecond})
+		assert.ErrorIs(t, err, inventory.ErrLockLost, name)
+		assert.Less(t, time.Since(start), 450*time.Millisecond, "%s: two attempts, each cut short by the loss", name)
+	}
+	assert.Equal(t, 10, statsOf(t, s, id).Stock, "nothing written")
+	assert.Empty(t, ordersOf(t, s, id))
+}
