@@ -1,0 +1,150 @@
+// Package handlers is the HTTP face of the storefront: a Gin engine that parses requests,
+// calls the inventory service and renders its answers, and maps every error to one status
+// code and the JSON error shape of DESIGN.md. It knows nothing of SQL or Redis.
+package handlers
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/models"
+)
+
+// Body size limits.
+const (
+	MaxBodyBytes      = 8 << 10 // every request body, except the admin reset
+	MaxResetBodyBytes = 1 << 20 // the admin reset body (a whole catalogue)
+)
+
+// readyTimeout bounds the readiness check of /readyz.
+const readyTimeout = 2 * time.Second
+
+// Service is what the handlers need of the inventory service (*inventory.Service has these
+// methods). Tests may wrap a real service to inject failures.
+type Service interface {
+	Purchase(ctx context.Context, req inventory.PurchaseRequest) (inventory.Receipt, error)
+	ListItems(ctx context.Context) ([]models.Item, error)
+	GetItem(ctx context.Context, id int64) (models.Item, error)
+	ListOrders(ctx context.Context, q inventory.OrderQuery) ([]models.Order, error)
+	Stats(ctx context.Context) ([]inventory.ItemStats, error)
+	Reset(ctx context.Context, items []inventory.NewItem) error
+	Ready(ctx context.Context) error
+	Strategies() []string
+}
+
+// Config configures New.
+type Config struct {
+	Service Service
+	// AdminToken is the bearer token of the admin routes; "" refuses every admin request.
+	AdminToken string
+	// Demo accepts the X-Strategy and X-Simulated-Work headers and serves /api/debug/locks.
+	Demo bool
+	// DefaultStrategy labels the metrics of purchases that name no strategy; "" means
+	// inventory.StrategyLockGuard.
+	DefaultStrategy string
+	// Logger receives the access log and error details; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics, when not nil, is updated by purchases and served on /metrics; without it
+	// /metrics answers 404.
+	Metrics *Metrics
+	// Debug lists the locks held by this process for /api/debug/locks (demo mode only);
+	// nil answers an empty list.
+	Debug DebugSource
+}
+
+// ginSetup sets Gin's process-wide settings once: release mode, no debug output.
+var ginSetup sync.Once
+
+// server holds the configuration the route handlers share.
+type server struct {
+	svc             Service
+	adminToken      string
+	demo            bool
+	defaultStrategy string
+	metrics         *Metrics
+	debug           DebugSource
+}
+
+// New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
+// DESIGN.md, request id, access log and panic recovery middleware, and JSON answers for
+// unknown routes (404) and wrong methods (405).
+func New(cfg Config) http.Handler {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &server{
+		svc:             cfg.Service,
+		adminToken:      cfg.AdminToken,
+		demo:            cfg.Demo,
+		defaultStrategy: cfg.DefaultStrategy,
+		metrics:         cfg.Metrics,
+		debug:           cfg.Debug,
+	}
+	if s.defaultStrategy == "" {
+		s.defaultStrategy = inventory.StrategyLockGuard
+	}
+	if s.metrics != nil {
+		s.metrics.watchStock(cfg.Service)
+	}
+	return s.engine(logger)
+}
+
+func (s *server) engine(logger *slog.Logger) *gin.Engine {
+	ginSetup.Do(func() {
+		gin.SetMode(gin.ReleaseMode)
+		gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
+	})
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.ContextWithFallback = true
+	r.Use(requestID(logger), accessLog(), recovery())
+	r.NoRoute(func(c *gin.Context) { writeError(c, errRouteNotFound) })
+	r.NoMethod(func(c *gin.Context) { writeError(c, errMethodNotAllowed) })
+
+	small := limitBody(MaxBodyBytes)
+	r.GET("/healthz", small, s.healthz)
+	r.GET("/readyz", small, s.readyz)
+	r.GET("/metrics", small, s.serveMetrics)
+
+	api := r.Group("/api")
+	api.GET("/items", small, s.listItems)
+	api.GET("/items/:id", small, s.getItem)
+	api.POST("/items/:id/purchase", small, s.purchase)
+	api.GET("/orders", small, s.listOrders)
+	api.GET("/stats", small, s.stats)
+	api.POST("/admin/reset", limitBody(MaxResetBodyBytes), s.requireAdmin, s.reset)
+	api.GET("/debug/locks", small, s.debugLocks)
+	return r
+}
+
+func (s *server) healthz(c *gin.Context) {
+	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+}
+
+func (s *server) readyz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
+	defer cancel()
+	if err := s.svc.Ready(ctx); err != nil {
+		writeError(c, unavailable(err))
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+}
+
+func (s *server) serveMetrics(c *gin.Context) {
+	if s.metrics == nil {
+		writeError(c, errRouteNotFound)
+		return
+	}
+	s.metrics.ServeHTTP(c.Writer, c.Request)
+}

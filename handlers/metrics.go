@@ -1,0 +1,173 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stockguard/stockguard/locking"
+	"github.com/stockguard/stockguard/models"
+)
+
+// metricsNamespace prefixes every metric name.
+const metricsNamespace = "stockguard"
+
+// stockScrapeTimeout bounds the catalogue read of one scrape.
+const stockScrapeTimeout = 2 * time.Second
+
+// Metrics holds the storefront's Prometheus metrics and serves them on /metrics.
+type Metrics struct {
+	purchases      *prometheus.CounterVec   // by strategy and result
+	purchaseTime   *prometheus.HistogramVec // by strategy
+	lockWait       prometheus.Histogram
+	lockHeld       prometheus.Histogram
+	lockRenewals   prometheus.Counter
+	lockLosses     prometheus.Counter
+	stock          *stockCollector
+	handler        http.Handler
+}
+
+// NewMetrics registers the storefront's metrics, the Go runtime and process collectors on reg
+// and returns them; nil reg means a new registry. It panics if a metric of the same name is
+// already registered on reg (as prometheus.MustRegister does).
+func NewMetrics(reg *prometheus.Registry) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &Metrics{
+		purchases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "purchases_total",
+			Help: "Purchase requests by strategy and result (created, replayed, or the error code).",
+		}, []string{"strategy", "result"}),
+		purchaseTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "purchase_duration_seconds",
+			Help:    "Time the inventory service took to answer a purchase, by strategy.",
+			Buckets: latency,
+		}, []string{"strategy"}),
+		lockWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "lock_wait_seconds",
+			Help:    "Time spent waiting for an item lock before obtaining it.",
+			Buckets: latency,
+		}),
+		lockHeld: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "lock_held_seconds",
+			Help:    "Time an item lock was held, measured at release.",
+			Buckets: latency,
+		}),
+		lockRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "lock_renewals_total",
+			Help: "Lease renewals of held locks by the watchdog.",
+		}),
+		lockLosses: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "lock_losses_total",
+			Help: "Locks found lost (expired or taken) while held.",
+		}),
+		stock: &stockCollector{desc: prometheus.NewDesc(
+			prometheus.BuildFQName(metricsNamespace, "", "item_stock"),
+			"Current stock of each item, read from the database at scrape time.",
+			[]string{"item_id", "sku"}, nil)},
+	}
+	reg.MustRegister(m.purchases, m.purchaseTime, m.lockWait, m.lockHeld, m.lockRenewals,
+		m.lockLosses, m.stock,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	return m
+}
+
+// LockHooks returns hooks for locking.Options that count lock waits, hold times, renewals and
+// losses.
+func (m *Metrics) LockHooks() locking.Hooks {
+	return locking.Hooks{
+		Acquired: func(_ string, _ int64, waited time.Duration) { m.lockWait.Observe(waited.Seconds()) },
+		Renewed:  func(string) { m.lockRenewals.Inc() },
+		Lost:     func(string, error) { m.lockLosses.Inc() },
+		Released: func(_ string, held time.Duration) { m.lockHeld.Observe(held.Seconds()) },
+	}
+}
+
+// observePurchase counts one purchase under its strategy and result, and its service time
+// when the service was called (elapsed > 0).
+func (m *Metrics) observePurchase(strategy, result string, elapsed time.Duration) {
+	if m == nil {
+		return
+	}
+	m.purchases.WithLabelValues(strategy, result).Inc()
+	if elapsed > 0 {
+		m.purchaseTime.WithLabelValues(strategy).Observe(elapsed.Seconds())
+	}
+}
+
+// watchStock makes the stock gauge read items from src at scrape time.
+func (m *Metrics) watchStock(src itemLister) {
+	if src != nil {
+		m.stock.src.Store(&src)
+	}
+}
+
+// ServeHTTP serves the metrics in the Prometheus text format.
+func (m *Metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.handler.ServeHTTP(w, r) }
+
+// itemLister is the part of Service the stock gauge reads.
+type itemLister interface {
+	ListItems(ctx context.Context) ([]models.Item, error)
+}
+
+// stockCollector reports stockguard_item_stock{item_id,sku} from the catalogue at scrape time.
+// Before a source is set, or when the read fails, it reports nothing (the scrape still works).
+type stockCollector struct {
+	desc *prometheus.Desc
+	src  atomic.Pointer[itemLister]
+}
+
+func (c *stockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *stockCollector) Collect(ch chan<- prometheus.Metric) {
+	src := c.src.Load()
+	if src == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stockScrapeTimeout)
+	defer cancel()
+	items, err := (*src).ListItems(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for _, it := range items {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(it.Stock),
+			strconv.FormatInt(it.ID, 10), it.SKU)
+	}
+}
+
+// observePurchase records one purchase answer in the metrics. called tells whether the
+// service was called (only then is its time observed).
+func (s *server) observePurchase(c *gin.Context, strategy string, called bool, start time.Time) {
+	if s.metrics == nil {
+		return
+	}
+	if strategy == "" {
+		strategy = s.defaultStrategy
+	}
+	result := errorCode(c)
+	switch {
+	case result != "":
+	case c.Writer.Status() == http.StatusOK:
+		result = "replayed"
+	default:
+		result = "created"
+	}
+	var elapsed time.Duration
+	if called {
+		elapsed = max(time.Since(start), time.Nanosecond)
+	}
+	s.metrics.observePurchase(strategy, result, elapsed)
+}

@@ -1,0 +1,221 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/stockguard/stockguard/inventory"
+)
+
+// Purchase request headers.
+const (
+	headerIdempotencyKey = "Idempotency-Key"
+	headerStrategy       = "X-Strategy"
+	headerSimulatedWork  = "X-Simulated-Work"
+)
+
+// maxIdempotencyKey is the longest Idempotency-Key accepted.
+const maxIdempotencyKey = 128
+
+// purchase answers 201 with the receipt of a new order, or 200 with the original receipt when
+// the Idempotency-Key was already used for the same request.
+func (s *server) purchase(c *gin.Context) {
+	req, err := s.parsePurchase(c)
+	if err != nil {
+		writeError(c, err)
+		s.observePurchase(c, req.Strategy, false, time.Time{})
+		return
+	}
+	start := time.Now()
+	receipt, err := s.svc.Purchase(c.Request.Context(), req)
+	if err != nil {
+		writeError(c, err)
+		s.observePurchase(c, req.Strategy, true, start)
+		return
+	}
+	status := http.StatusCreated
+	if receipt.Replayed {
+		status = http.StatusOK
+	}
+	c.JSON(status, receipt)
+	s.observePurchase(c, receipt.Strategy, true, start)
+}
+
+// parsePurchase builds the service request from the path, headers and body.
+func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error) {
+	var req inventory.PurchaseRequest
+	var err error
+	if req.ItemID, err = pathID(c); err != nil {
+		return req, err
+	}
+	if req.IdempotencyKey, err = idempotencyKey(c.Request.Header); err != nil {
+		return req, err
+	}
+	if req.Strategy, req.Work, err = s.demoHeaders(c.Request.Header); err != nil {
+		return req, err
+	}
+	req.Quantity, err = decodeQuantity(c.Request.Body)
+	return req, err
+}
+
+// idempotencyKey returns the Idempotency-Key header ("" when absent). When present it must be
+// one value of 1..128 printable ASCII characters.
+func idempotencyKey(h http.Header) (string, error) {
+	values, ok := h[http.CanonicalHeaderKey(headerIdempotencyKey)]
+	if !ok {
+		return "", nil
+	}
+	if len(values) != 1 || !printableASCII(values[0], maxIdempotencyKey) {
+		return "", fmt.Errorf("%w: Idempotency-Key must be one value of 1 to %d printable ASCII characters", inventory.ErrInvalid, maxIdempotencyKey)
+	}
+	return values[0], nil
+}
+
+// demoHeaders reads X-Strategy and X-Simulated-Work. Outside demo mode either header is 400.
+func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration, err error) {
+	_, hasStrategy := h[http.CanonicalHeaderKey(headerStrategy)]
+	_, hasWork := h[http.CanonicalHeaderKey(headerSimulatedWork)]
+	if !s.demo {
+		if hasStrategy || hasWork {
+			return "", 0, fmt.Errorf("%w: %s and %s are only accepted when the server runs with --demo", inventory.ErrInvalid, headerStrategy, headerSimulatedWork)
+		}
+		return "", 0, nil
+	}
+	if hasStrategy {
+		strategy = h.Get(headerStrategy)
+		if !s.offers(strategy) {
+			return "", 0, fmt.Errorf("%w: %s %q is not one of %q", inventory.ErrInvalid, headerStrategy, strategy, s.svc.Strategies())
+		}
+	}
+	if hasWork {
+		raw := h.Get(headerSimulatedWork)
+		work, err = time.ParseDuration(raw)
+		if err != nil || work < 0 || work > inventory.MaxWork {
+			return "", 0, fmt.Errorf("%w: %s %q must be a Go duration from 0s to %s", inventory.ErrInvalid, headerSimulatedWork, raw, inventory.MaxWork)
+		}
+	}
+	return strategy, work, nil
+}
+
+// offers reports whether the service offers the strategy name.
+func (s *server) offers(name string) bool {
+	for _, n := range s.svc.Strategies() {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeQuantity reads the body {"quantity":N} and returns N, an integer in 1..MaxQuantity.
+// The body must be exactly that object: field names match exactly (encoding/json alone would
+// take "Quantity"), no other or repeated field, nothing after it.
+func decodeQuantity(body io.Reader) (int, error) {
+	fields, err := decodeObject(body, "quantity")
+	if err != nil {
+		return 0, err
+	}
+	return parseQuantity(fields["quantity"])
+}
+
+// parseQuantity accepts only a JSON integer literal (no sign, fraction or exponent) in
+// 1..MaxQuantity.
+func parseQuantity(raw json.RawMessage) (int, error) {
+	invalid := fmt.Errorf("%w: quantity must be an integer from 1 to %d", inventory.ErrInvalid, inventory.MaxQuantity)
+	if len(raw) == 0 || len(raw) > 4 {
+		return 0, invalid
+	}
+	for _, ch := range raw {
+		if ch < '0' || ch > '9' {
+			return 0, invalid
+		}
+	}
+	n, err := strconv.Atoi(string(raw))
+	if err != nil || n < 1 || n > inventory.MaxQuantity {
+		return 0, invalid
+	}
+	return n, nil
+}
+
+// decodeObject reads a body that is one JSON object whose field names are among allowed
+// (exact, case-sensitive, each at most once), followed by nothing but whitespace, and returns
+// each field's raw value. It fails with inventory.ErrInvalid, or keeps the *http.MaxBytesError
+// of a body over the limit.
+func decodeObject(body io.Reader, allowed ...string) (map[string]json.RawMessage, error) {
+	data, err := readBody(body)
+	if err != nil {
+		return nil, err
+	}
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w: body must be a JSON object with the fields %q: %s", inventory.ErrInvalid, allowed, fmt.Sprintf(format, args...))
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, invalid("not an object")
+	}
+	fields := make(map[string]json.RawMessage, len(allowed))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, invalid("malformed JSON")
+		}
+		name, _ := tok.(string)
+		if _, seen := fields[name]; seen || !slices.Contains(allowed, name) {
+			return nil, invalid("unknown or repeated field %q", name)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, invalid("malformed JSON")
+		}
+		fields[name] = v
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, invalid("malformed JSON")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, invalid("unexpected data after the object")
+	}
+	return fields, nil
+}
+
+// readBody reads the whole body; a body over the limit keeps its *http.MaxBytesError (413),
+// other read errors are inventory.ErrInvalid.
+func readBody(body io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: reading the body: %v", inventory.ErrInvalid, err)
+	}
+	return data, nil
+}
+
+// decodeStrict decodes exactly one JSON value into v: unknown fields and anything but
+// whitespace after the value are refused with inventory.ErrInvalid; a body over the limit
+// keeps its *http.MaxBytesError (413).
+func decodeStrict(body io.Reader, v any) error {
+	data, err := readBody(body)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: body is not the expected JSON object: %v", inventory.ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: unexpected data after the JSON object", inventory.ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/models"
+)
+
+const testToken = "test-admin-token"
+
+// testCatalogue is the catalogue every test server starts with: item 1 has 10 units, item 2
+// has 1000000 (for the fuzz target), item 3 has 1.
+var testCatalogue = []inventory.NewItem{
+	{SKU: "T-1", Name: "ten", Stock: 10, PriceCents: 100},
+	{SKU: "T-2", Name: "many", Stock: 1000000, PriceCents: 200},
+	{SKU: "T-3", Name: "one", Stock: 1, PriceCents: 300},
+}
+
+// env is one storefront under test: a real service on a SQLite file, behind httptest.
+type env struct {
+	t       testing.TB
+	svc     *inventory.Service
+	wrap    *faultService // the Service the handlers see
+	srv     *httptest.Server
+	metrics *handlers.Metrics
+	locks   *handlers.LockSet
+}
+
+type envOptions struct {
+	demo    bool
+	locker  inventory.Locker // nil: lock strategies answer unavailable
+	default_ string
+}
+
+// newEnv starts a storefront; the default strategy is guard unless opts says otherwise.
+func newEnv(t testing.TB, opts envOptions) *env {
+	t.Helper()
+	ctx := context.Background()
+	db, err := models.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = models.Close(db) })
+	if opts.default_ == "" {
+		opts.default_ = inventory.StrategyGuard
+	}
+	svc, err := inventory.NewService(inventory.Config{DB: db, Locker: opts.locker, Default: opts.default_})
+	require.NoError(t, err)
+	require.NoError(t, svc.Reset(ctx, testCatalogue))
+
+	e := &env{t: t, svc: svc, wrap: &faultService{Service: svc}, locks: &handlers.LockSet{}}
+	e.metrics = handlers.NewMetrics(prometheus.NewRegistry())
+	h := handlers.New(handlers.Config{
+		Service:         e.wrap,
+		AdminToken:      testToken,
+		Demo:            opts.demo,
+		DefaultStrategy: opts.default_,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics:         e.metrics,
+		Debug:           e.locks,
+	})
+	e.srv = httptest.NewServer(h)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// answer is one HTTP answer, its body read.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// errorCode returns the code of an error answer ("" if the body is not the error shape).
+func (a answer) errorCode() string {
+	var b struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(a.body, &b) != nil {
+		return ""
+	}
+	return b.Error.Code
+}
+
+// do sends one request; body is sent as is (a string) and headers are "Name: value" pairs.
+func (e *env) do(method, path, body string, headers ...string) answer {
+	e.t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, r)
+	require.NoError(e.t, err)
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		require.True(e.t, ok, "header %q", h)
+		req.Header.Add(name, strings.TrimSpace(value))
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return e.send(req)
+}
+
+func (e *env) send(req *http.Request) answer {
+	e.t.Helper()
+	res, err := e.srv.Client().Do(req)
+	require.NoError(e.t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(e.t, err)
+	return answer{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// decode unmarshals an answer's body into v.
+func decode(t testing.TB, a answer, v any) {
+	t.Helper()
+	require.NoError(t, json.NewDecoder(bytes.NewReader(a.body)).Decode(v), "body %s", a.body)
+}
+
+// faultService wraps the real service; a non-nil hook replaces the method it names.
+type faultService struct {
+	*inventory.Service
+	purchase func(ctx context.Context, req inventory.PurchaseRequest) (inventory.Receipt, error)
+	ready    func(ctx context.Context) error
+}
+
+func (f *faultService) Purchase(ctx context.Context, req inventory.PurchaseRequest) (inventory.Receipt, error) {
+	if f.purchase != nil {
+		return f.purchase(ctx, req)
+	}
+	return f.Service.Purchase(ctx, req)
+}
+
+func (f *faultService) Ready(ctx context.Context) error {
+	if f.ready != nil {
+		return f.ready(ctx)
+	}
+	return f.Service.Ready(ctx)
+}
+
+var _ handlers.Service = (*faultService)(nil)
