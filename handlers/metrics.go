@@ -24,14 +24,14 @@ const stockScrapeTimeout = 2 * time.Second
 
 // Metrics holds the storefront's Prometheus metrics and serves them on /metrics.
 type Metrics struct {
-	purchases      *prometheus.CounterVec   // by strategy and result
-	purchaseTime   *prometheus.HistogramVec // by strategy
-	lockWait       prometheus.Histogram
-	lockHeld       prometheus.Histogram
-	lockRenewals   prometheus.Counter
-	lockLosses     prometheus.Counter
-	stock          *stockCollector
-	handler        http.Handler
+	purchases    *prometheus.CounterVec   // by strategy and result
+	purchaseTime *prometheus.HistogramVec // by strategy
+	lockWait     prometheus.Histogram
+	lockHeld     prometheus.Histogram
+	lockRenewals prometheus.Counter
+	lockLosses   prometheus.Counter
+	stock        *stockCollector
+	handler      http.Handler
 }
 
 // NewMetrics registers the storefront's metrics, the Go runtime and process collectors on reg

@@ -41,9 +41,9 @@ type env struct {
 }
 
 type envOptions struct {
-	demo    bool
-	locker  inventory.Locker // nil: lock strategies answer unavailable
-	default_ string
+	demo            bool
+	locker          inventory.Locker // nil: lock strategies answer unavailable
+	defaultStrategy string
 }
 
 // newEnv starts a storefront; the default strategy is guard unless opts says otherwise.
@@ -53,10 +53,10 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	db, err := models.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = models.Close(db) })
-	if opts.default_ == "" {
-		opts.default_ = inventory.StrategyGuard
+	if opts.defaultStrategy == "" {
+		opts.defaultStrategy = inventory.StrategyGuard
 	}
-	svc, err := inventory.NewService(inventory.Config{DB: db, Locker: opts.locker, Default: opts.default_})
+	svc, err := inventory.NewService(inventory.Config{DB: db, Locker: opts.locker, Default: opts.defaultStrategy})
 	require.NoError(t, err)
 	require.NoError(t, svc.Reset(ctx, testCatalogue))
 
@@ -66,7 +66,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		Service:         e.wrap,
 		AdminToken:      testToken,
 		Demo:            opts.demo,
-		DefaultStrategy: opts.default_,
+		DefaultStrategy: opts.defaultStrategy,
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics:         e.metrics,
 		Debug:           e.locks,

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/stockguard/stockguard/inventory"
+)
+
+// config is the server's configuration: flags, each with an environment fallback.
+type config struct {
+	addr            string
+	db              string
+	redisURLs       string
+	strategy        string
+	lockLease       time.Duration
+	lockWait        time.Duration
+	adminToken      string
+	demo            bool
+	maxInflight     int
+	logLevel        slog.Level
+	shutdownTimeout time.Duration
+}
+
+// envOf names the environment variable read when a flag is not given on the command line.
+var envOf = map[string]string{
+	"addr":                  "ADDR",
+	"db":                    "DATABASE_URL",
+	"redis":                 "REDIS_URL",
+	"strategy":              "STRATEGY",
+	"lock-lease":            "LOCK_LEASE",
+	"lock-wait":             "LOCK_WAIT",
+	"admin-token":           "ADMIN_TOKEN",
+	"demo":                  "DEMO",
+	"max-inflight-per-item": "MAX_INFLIGHT_PER_ITEM",
+	"log-level":             "LOG_LEVEL",
+	"shutdown-timeout":      "SHUTDOWN_TIMEOUT",
+}
+
+// parseConfig reads the flags in args; a flag absent from args takes its environment variable
+// (getenv) when that is not empty, else its default. It returns flag.ErrHelp for -h.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("stockguard", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", ":8080", "listen address; host:0 picks a free port")
+	fs.StringVar(&c.db, "db", "stockguard.db", "SQLite database file (or a file: URI)")
+	fs.StringVar(&c.redisURLs, "redis", "", "Redis URL redis://host:port/db; several comma-separated for Redlock.\n"+
+		"Empty: a redis-server child process if one is on PATH, else an in-process Redis")
+	fs.StringVar(&c.strategy, "strategy", inventory.StrategyLockGuard, "default purchase strategy: "+
+		strings.Join([]string{inventory.StrategyNaive, inventory.StrategyLocal, inventory.StrategyLock,
+			inventory.StrategyGuard, inventory.StrategyLockGuard, inventory.StrategyRedlockGuard}, ", "))
+	fs.DurationVar(&c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog)")
+	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of POST /api/admin/reset; empty: a random one, logged once")
+	fs.BoolVar(&c.demo, "demo", false, "accept X-Strategy and X-Simulated-Work, serve /api/debug/locks")
+	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
+	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envOf[f.Name] + "]" })
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: stockguard [flags]\n\nEach flag falls back to the environment variable in brackets.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := applyEnv(fs, getenv); err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+// applyEnv sets each flag that was not given on the command line from its environment
+// variable, when that is set and not empty.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envOf[f.Name]
+		v := getenv(env)
+		if given[f.Name] || env == "" || v == "" {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("invalid value %q for %s: %v", v, env, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (c config) validate() error {
+	switch {
+	case !inventory.ValidStrategy(c.strategy):
+		return fmt.Errorf("unknown strategy %q", c.strategy)
+	case c.lockLease < 100*time.Millisecond:
+		return fmt.Errorf("--lock-lease %s is too short (at least 100ms)", c.lockLease)
+	case c.lockWait < 0:
+		return fmt.Errorf("--lock-wait %s is negative", c.lockWait)
+	case c.maxInflight < 0:
+		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
+	case c.shutdownTimeout <= 0:
+		return fmt.Errorf("--shutdown-timeout %s must be positive", c.shutdownTimeout)
+	}
+	return nil
+}
+
+// redisURLList returns the comma-separated Redis URLs, trimmed, without empty entries.
+func (c config) redisURLList() []string {
+	var urls []string
+	for _, u := range strings.Split(c.redisURLs, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}

@@ -1,0 +1,193 @@
+// Command stockguard serves the storefront: an HTTP API (Gin) over the inventory service,
+// whose purchases are protected by Redis locks with fencing tokens and a database guard.
+//
+// With no flags it serves on :8080 with a SQLite file and a Redis it starts itself (a
+// redis-server child process, or an in-process Redis when redis-server is not installed).
+// Run `stockguard -h` for the flags and their environment variables.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
+	"github.com/stockguard/stockguard/models"
+)
+
+// lockKeyPrefix is the Redis key prefix of item locks (CONTRACTS.md: the load test reads it).
+const lockKeyPrefix = "stockguard:lock:"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole program: it parses args (with getenv as the environment), serves until ctx
+// ends, shuts down gracefully and returns the exit code: 0 after a clean shutdown, 1 on a
+// failure, 2 on a configuration error. Logs go to stderr.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "stockguard:", err)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if err := serve(ctx, cfg, getenv, logger); err != nil {
+		logger.Error("stockguard failed", "err", err)
+		return 1
+	}
+	logger.Info("stopped")
+	return 0
+}
+
+// serve wires the database, Redis, locks, service and HTTP server, serves until ctx ends, and
+// then takes them down in reverse order: stop accepting and finish in-flight requests, close
+// the lock client, Redis clients and any Redis it started, and the database.
+func serve(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) error {
+	db, err := models.Open(ctx, cfg.db, models.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	defer closeLogged(logger, "database", func() error { return models.Close(db) })
+	if seeded, err := models.SeedDemo(ctx, db); err != nil {
+		return fmt.Errorf("seed demo catalogue: %w", err)
+	} else if seeded {
+		logger.Info("database was empty: demo catalogue seeded", "db", cfg.db)
+	}
+
+	rb, err := openRedis(ctx, cfg.redisURLList(), getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer rb.close()
+
+	metrics := handlers.NewMetrics(prometheus.NewRegistry())
+	held := &handlers.LockSet{}
+	lockClient := locking.New(rb.client, &locking.Options{
+		KeyPrefix: lockKeyPrefix,
+		Lease:     cfg.lockLease,
+		Wait:      cfg.lockWait,
+		Logger:    logger.With("component", "locking"),
+		Hooks:     handlers.JoinHooks(metrics.LockHooks(), held.Hooks()),
+	})
+	defer closeLogged(logger, "lock client", lockClient.Close)
+
+	svc, err := inventory.NewService(inventory.Config{
+		DB:      db,
+		Locker:  inventory.NewLocker(lockClient),
+		Redlock: redlockLocker(rb, cfg, logger),
+		Default: cfg.strategy,
+		Logger:  logger.With("component", "inventory"),
+		Ping:    func(ctx context.Context) error { return rb.client.Ping(ctx).Err() },
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.maxInflight > 0 {
+		// Seam for issue 6: an admission semaphore goes into inventory.Config.Admission.
+		logger.Warn("--max-inflight-per-item is not implemented yet; no admission limit", "value", cfg.maxInflight)
+	}
+
+	token := cfg.adminToken
+	if token == "" {
+		token = randomToken()
+		logger.Info("no --admin-token or ADMIN_TOKEN: generated one for this run", "admin_token", token)
+	}
+	handler := handlers.New(handlers.Config{
+		Service:         svc,
+		AdminToken:      token,
+		Demo:            cfg.demo,
+		DefaultStrategy: cfg.strategy,
+		Logger:          logger,
+		Metrics:         metrics,
+		Debug:           held,
+	})
+	return listenAndServe(ctx, cfg, handler, logger)
+}
+
+// listenAndServe serves handler on cfg.addr until ctx ends, then shuts the server down: it
+// stops accepting and waits up to cfg.shutdownTimeout for in-flight requests.
+func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logger *slog.Logger) error {
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      cfg.lockWait + 2*inventoryMaxWork + 30*time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	logger.Info("listening", "addr", ln.Addr().String(), "demo", cfg.demo, "strategy", cfg.strategy)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", "timeout", cfg.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: in-flight requests did not finish in %s: %w", cfg.shutdownTimeout, err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// inventoryMaxWork is the longest simulated work of a demo purchase.
+const inventoryMaxWork = inventory.MaxWork
+
+// redlockLocker is the seam of issue 6: with several --redis URLs it will return a Redlock
+// over rb.nodes so that the redlock+guard strategy is offered. Until then it returns nil
+// (redlock+guard is not offered) and the first URL serves the single-node lock.
+func redlockLocker(rb *redisBackend, cfg config, logger *slog.Logger) inventory.Locker {
+	if len(rb.nodes) > 1 {
+		logger.Warn("several Redis URLs given, but Redlock is not available yet: the first node serves the lock",
+			"nodes", len(rb.nodes))
+	}
+	_ = cfg
+	return nil
+}
+
+// randomToken returns 32 random hex characters.
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// closeLogged runs closeFn and logs its error, naming what was closed.
+func closeLogged(logger *slog.Logger, what string, closeFn func() error) {
+	if err := closeFn(); err != nil {
+		logger.Warn("close failed", "what", what, "err", err)
+	}
+}
