@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ChaosEvent reports one pause of an instance during a strategy's run.
+type ChaosEvent struct {
+	Instance  int     `json:"instance"`           // index of the paused instance
+	PID       int     `json:"pid"`                // its process id
+	URL       string  `json:"url"`                // its base URL
+	LockKey   string  `json:"lock_key,omitempty"` // the lock it held when paused
+	Token     int64   `json:"token,omitempty"`    // the lock's fencing token
+	Confirmed bool    `json:"confirmed"`          // Redis showed it still held the lock once stopped
+	Attempts  int     `json:"attempts"`           // pauses tried (a holder that released in between is resumed and retried)
+	PausedAt  float64 `json:"paused_at_s"`        // seconds since the strategy's run began
+	ResumedAt float64 `json:"resumed_at_s"`       // seconds since the strategy's run began
+	Note      string  `json:"note,omitempty"`     // what happened when no lock holder was paused
+	Paused    bool    `json:"paused"`             // an instance was actually paused
+}
+
+// String describes the event in one line.
+func (e *ChaosEvent) String() string {
+	if !e.Paused {
+		return "no pause: " + e.Note
+	}
+	s := fmt.Sprintf("paused instance %d (pid %d, %s) at %.2fs, resumed at %.2fs", e.Instance, e.PID, e.URL, e.PausedAt, e.ResumedAt)
+	if e.LockKey != "" {
+		s += fmt.Sprintf(", holding lock %s token %d", e.LockKey, e.Token)
+		if e.Confirmed {
+			s += " (confirmed in Redis)"
+		}
+	}
+	if e.Note != "" {
+		s += "; " + e.Note
+	}
+	return s
+}
+
+// chaos pauses instances of a self-contained cluster.
+type chaos struct {
+	cluster *Cluster
+	apis    []*api
+	rdb     *redis.Client
+	lease   time.Duration
+}
+
+// lockKeys returns the Redis keys of item id's lock (CONTRACTS.md "Redis layout").
+func lockKeys(itemID int64) (name, hash, fence string) {
+	name = "item:" + strconv.FormatInt(itemID, 10)
+	hash = "stockguard:lock:{" + name + "}"
+	return name, hash, hash + ":fence"
+}
+
+// usesLock reports whether strategy takes the per-item Redis lock.
+func usesLock(strategy string) bool { return strategy == "lock" || strategy == "lock+guard" }
+
+// run waits a little into the run, then pauses for 3× the lease the instance that holds the hot
+// item's lock (any instance with requests in flight when the strategy takes no lock), and resumes
+// it. It returns early, without a pause, when stop closes first. It never leaves a process stopped.
+func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, strategy string, hotID int64, round int) *ChaosEvent {
+	ev := &ChaosEvent{}
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if !wait(200 * time.Millisecond) {
+		ev.Note = "the run ended before the pause"
+		return ev
+	}
+	if !usesLock(strategy) {
+		in := c.cluster.Instances[round%len(c.cluster.Instances)]
+		ev.Note = "the strategy takes no Redis lock: an instance serving requests was paused"
+		c.pause(ctx, ev, in, start)
+		return ev
+	}
+	name, hash, fence := lockKeys(hotID)
+	ev.LockKey = name
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, a := range c.apis {
+			in := c.cluster.Instances[i]
+			token, ok := c.holds(ctx, a, in, name)
+			if !ok {
+				continue
+			}
+			ev.Attempts++
+			if err := in.Pause(); err != nil {
+				continue
+			}
+			if c.confirm(ctx, hash, fence, token) {
+				ev.Token, ev.Confirmed = token, true
+				c.hold(ctx, ev, in, start)
+				return ev
+			}
+			_ = in.Resume() // it released the lock between the look-up and the SIGSTOP: try again
+		}
+		if !wait(10 * time.Millisecond) {
+			break
+		}
+	}
+	ev.Note = fmt.Sprintf("no instance was caught holding %s (%d tries)", name, ev.Attempts)
+	return ev
+}
+
+// holds asks instance in whether it holds lock name, and returns the token.
+func (c *chaos) holds(ctx context.Context, a *api, in *Instance, name string) (int64, bool) {
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	dl, found, err := a.locks(cctx)
+	if err != nil || !found || dl.PID != in.PID() {
+		return 0, false
+	}
+	for _, l := range dl.Locks {
+		if l.Key == name {
+			return l.Token, true
+		}
+	}
+	return 0, false
+}
+
+// confirm checks in Redis that the lock hash exists and its fencing counter is still token: no
+// one took the lock after the paused holder.
+func (c *chaos) confirm(ctx context.Context, hash, fence string, token int64) bool {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	got, err := c.rdb.Get(cctx, fence).Int64()
+	if err != nil || got != token {
+		return false
+	}
+	n, err := c.rdb.Exists(cctx, hash).Result()
+	return err == nil && n == 1
+}
+
+func (c *chaos) pause(ctx context.Context, ev *ChaosEvent, in *Instance, start time.Time) {
+	if err := in.Pause(); err != nil {
+		ev.Note = "pause failed: " + err.Error()
+		return
+	}
+	c.hold(ctx, ev, in, start)
+}
+
+// hold keeps the already paused instance stopped for 3× the lease (less if ctx ends), then resumes it.
+func (c *chaos) hold(ctx context.Context, ev *ChaosEvent, in *Instance, start time.Time) {
+	ev.Paused, ev.Instance, ev.PID, ev.URL = true, in.Index, in.PID(), in.URL
+	ev.PausedAt = time.Since(start).Seconds()
+	t := time.NewTimer(3 * c.lease)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	_ = in.Resume()
+	ev.ResumedAt = time.Since(start).Seconds()
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Verdicts, most severe first.
+const (
+	VerdictOversold      = "OVERSOLD"
+	VerdictLostUpdate    = "LOST UPDATE"
+	VerdictOrderMismatch = "ORDER MISMATCH"
+	VerdictSafe          = "SAFE"
+)
+
+// findings is what check learns from the servers' state and the client's own record.
+type findings struct {
+	SoldUnits        int            `json:"sold_units"`           // sum of sold_units of /api/stats
+	Created          int            `json:"created"`              // 201 answers
+	Replayed         int            `json:"replayed"`             // 200 answers (idempotent replays)
+	SoldOutAnswers   int            `json:"sold_out_answers"`     // sold_out and insufficient_stock answers
+	ErrorsByCode     map[string]int `json:"errors_by_code"`       // every other failed attempt, by error code
+	StatusCounts     map[string]int `json:"status_counts"`        // every attempt, by HTTP status ("0" = no answer)
+	OversoldUnits    int            `json:"oversold_units"`       // sum over items of max(0, sold − initial), plus units below zero stock
+	NegativeStock    int            `json:"negative_stock"`       // items whose stock is below zero
+	LostUpdates      int            `json:"lost_updates"`         // sum over items of |initial − stock − sold|
+	OrdersWithout201 int            `json:"orders_without_201"`   // order rows no 201/200 of ours accounts for
+	DuplicateOrders  int            `json:"duplicate_orders"`     // extra order rows sharing one idempotency key
+	MissingOrders    int            `json:"missing_orders"`       // 201/200 answers whose order row is missing or differs
+	WrongStrategy    int            `json:"wrong_strategy"`       // 201/200 answers or order rows naming another strategy
+	KeyConflicts     int            `json:"key_conflicts"`        // keys answered with two different order ids
+	StatsMismatch    int            `json:"stats_mismatch"`       // items whose stats disagree with their order rows
+	Violations       []string       `json:"violations,omitempty"` // one line per broken invariant
+}
+
+// verdict names the most severe broken invariant.
+func (f *findings) verdict() string {
+	switch {
+	case f.OversoldUnits > 0 || f.NegativeStock > 0:
+		return VerdictOversold
+	case f.LostUpdates > 0:
+		return VerdictLostUpdate
+	case f.OrdersWithout201+f.DuplicateOrders+f.MissingOrders+f.WrongStrategy+f.KeyConflicts+f.StatsMismatch > 0:
+		return VerdictOrderMismatch
+	}
+	return VerdictSafe
+}
+
+func (f *findings) violate(format string, a ...any) {
+	if len(f.Violations) < 20 {
+		f.Violations = append(f.Violations, fmt.Sprintf(format, a...))
+	} else if len(f.Violations) == 20 {
+		f.Violations = append(f.Violations, "(more violations not listed)")
+	}
+}
+
+// check verifies every invariant of DESIGN.md for one strategy's run. asked is the strategy the
+// requests named ("" when the servers ran their own: then every answer must name the same one).
+func check(asked string, purchases []*purchase, stats []ItemStats, orders []order) findings {
+	f := findings{ErrorsByCode: map[string]int{}, StatusCounts: map[string]int{}}
+	expect := asked
+
+	// 1. The client's record: which order each key was answered with.
+	confirmed := map[string]int64{} // key -> order id of its 201/200 answers
+	byKey := map[string]*purchase{}
+	for _, p := range purchases {
+		byKey[p.Key] = p
+		for i, r := range append(append([]purchaseResult{}, p.Attempts...), p.Replays...) {
+			if i < len(p.Attempts) {
+				f.StatusCounts[fmt.Sprint(r.Status)]++
+			}
+			switch {
+			case r.Status == 201 || r.Status == 200:
+				if r.Status == 201 {
+					f.Created++
+				} else {
+					f.Replayed++
+				}
+				if expect == "" {
+					expect = r.Receipt.Strategy
+				}
+				if r.Receipt.Strategy != expect {
+					f.WrongStrategy++
+					f.violate("key %s: answer %d names strategy %q, asked %q", p.Key, r.Status, r.Receipt.Strategy, expect)
+				}
+				if id, ok := confirmed[p.Key]; ok && id != r.Receipt.OrderID {
+					f.KeyConflicts++
+					f.violate("key %s answered with orders %d and %d", p.Key, id, r.Receipt.OrderID)
+				}
+				confirmed[p.Key] = r.Receipt.OrderID
+			case i >= len(p.Attempts): // a replay's error is not counted again
+			case r.Code == "sold_out" || r.Code == "insufficient_stock":
+				f.SoldOutAnswers++
+			default:
+				f.ErrorsByCode[r.Code]++
+			}
+		}
+	}
+
+	// 2. The order rows: each accounted for by one confirmed key, once.
+	ordersByID := map[int64]order{}
+	perKey := map[string]int{}
+	soldByItem := map[int64]int{}
+	countByItem := map[int64]int{}
+	for _, o := range orders {
+		ordersByID[o.OrderID] = o
+		soldByItem[o.ItemID] += o.Quantity
+		countByItem[o.ItemID]++
+		if expect != "" && o.Strategy != expect {
+			f.WrongStrategy++
+			f.violate("order %d has strategy %q, asked %q", o.OrderID, o.Strategy, expect)
+		}
+		if o.IdempotencyKey == nil {
+			f.OrdersWithout201++
+			f.violate("order %d has no idempotency key (every request of the load test sends one)", o.OrderID)
+			continue
+		}
+		key := *o.IdempotencyKey
+		perKey[key]++
+		if perKey[key] > 1 {
+			f.DuplicateOrders++
+			f.violate("key %s has %d orders", key, perKey[key])
+		}
+		if id, ok := confirmed[key]; !ok || id != o.OrderID {
+			f.OrdersWithout201++
+			f.violate("order %d (key %s) was never answered 201 or replayed", o.OrderID, key)
+		}
+	}
+	for key, id := range confirmed {
+		o, ok := ordersByID[id]
+		p := byKey[key]
+		switch {
+		case !ok:
+			f.MissingOrders++
+			f.violate("key %s was answered with order %d, which does not exist", key, id)
+		case o.IdempotencyKey == nil || *o.IdempotencyKey != key || o.ItemID != p.ItemID || o.Quantity != p.Quantity:
+			f.MissingOrders++
+			f.violate("order %d does not match its answer (key %s, item %d, quantity %d)", id, key, p.ItemID, p.Quantity)
+		}
+	}
+
+	// 3. The stock of every item.
+	sorted := append([]ItemStats(nil), stats...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ItemID < sorted[j].ItemID })
+	for _, s := range sorted {
+		f.SoldUnits += s.SoldUnits
+		if s.Stock < 0 {
+			f.NegativeStock++
+			f.OversoldUnits += -s.Stock
+			f.violate("item %d: stock is %d", s.ItemID, s.Stock)
+		}
+		if over := s.SoldUnits - s.InitialStock; over > 0 {
+			f.OversoldUnits += over
+			f.violate("item %d: %d units sold of %d (%d oversold)", s.ItemID, s.SoldUnits, s.InitialStock, over)
+		}
+		if lost := s.InitialStock - s.Stock - s.SoldUnits; lost != 0 {
+			f.LostUpdates += abs(lost)
+			f.violate("item %d: stock went %d -> %d but %d units were sold (lost update)", s.ItemID, s.InitialStock, s.Stock, s.SoldUnits)
+		}
+		if s.SoldUnits != soldByItem[s.ItemID] || s.OrderCount != countByItem[s.ItemID] {
+			f.StatsMismatch++
+			f.violate("item %d: stats say %d units in %d orders, the order rows %d in %d", s.ItemID,
+				s.SoldUnits, s.OrderCount, soldByItem[s.ItemID], countByItem[s.ItemID])
+		}
+	}
+	return f
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// expectedSafe reports whether DESIGN.md calls strategy safe in this setting: naive never, local
+// in one process only, lock unless its lock can be lost (chaos), guard and lock+guard always.
+func expectedSafe(strategy string, processes int, chaos string) bool {
+	switch strategy {
+	case "naive":
+		return false
+	case "local":
+		return processes == 1
+	case "lock":
+		return chaos == ""
+	}
+	return true
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// api talks to one storefront over HTTP. It is safe for concurrent use.
+type api struct {
+	base  string // e.g. http://127.0.0.1:8080, no trailing slash
+	token string // admin token, for reset
+	hc    *http.Client
+}
+
+// newHTTPClient returns a client sized for conc concurrent requests per host, with every phase
+// of a request bounded: dialing, TLS, and the whole exchange (timeout).
+func newHTTPClient(conc int, timeout time.Duration) *http.Client {
+	tr := &http.Transport{
+		Proxy:                 nil, // loopback only: never through a proxy
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          conc * 4,
+		MaxIdleConnsPerHost:   conc + 4,
+		IdleConnTimeout:       30 * time.Second,
+		TLSHandshakeTimeout:   2 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+	return &http.Client{Transport: tr, Timeout: timeout}
+}
+
+// apiError is a non-2xx answer of the storefront: status plus the error code of its body.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// decodeAPIError reads the body of a non-2xx response into an apiError. A body that is not the
+// contract's error envelope yields the code "http_<status>".
+func decodeAPIError(status int, body []byte) *apiError {
+	var env struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	e := &apiError{Status: status, Code: "http_" + strconv.Itoa(status)}
+	if json.Unmarshal(body, &env) == nil && env.Error.Code != "" {
+		e.Code, e.Message = env.Error.Code, env.Error.Message
+	} else {
+		e.Message = strings.TrimSpace(string(truncate(body, 200)))
+	}
+	return e
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// do sends one request and decodes a 2xx JSON body into out (if not nil). Non-2xx answers are
+// returned as *apiError.
+func (a *api) do(ctx context.Context, method, path string, hdr http.Header, in, out any) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, body)
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, decodeAPIError(resp.StatusCode, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: decode: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// item is one catalogue entry of GET /api/items.
+type item struct {
+	ID         int64  `json:"id"`
+	SKU        string `json:"sku"`
+	Name       string `json:"name"`
+	Stock      int    `json:"stock"`
+	PriceCents int64  `json:"price_cents"`
+}
+
+// newItem is one entry of the admin reset body.
+type newItem struct {
+	SKU        string `json:"sku"`
+	Name       string `json:"name"`
+	Stock      int    `json:"stock"`
+	PriceCents int64  `json:"price_cents"`
+}
+
+// ItemStats is one row of GET /api/stats.
+type ItemStats struct {
+	ItemID        int64  `json:"item_id"`
+	SKU           string `json:"sku"`
+	InitialStock  int    `json:"initial_stock"`
+	Stock         int    `json:"stock"`
+	SoldUnits     int    `json:"sold_units"`
+	OrderCount    int    `json:"order_count"`
+	OversoldUnits int    `json:"oversold_units"`
+}
+
+// order is one row of GET /api/orders.
+type order struct {
+	OrderID        int64   `json:"order_id"`
+	ItemID         int64   `json:"item_id"`
+	Quantity       int     `json:"quantity"`
+	Strategy       string  `json:"strategy"`
+	FenceToken     int64   `json:"fence_token"`
+	IdempotencyKey *string `json:"idempotency_key"`
+}
+
+// receipt is the body of a 201 (or an idempotent 200) purchase answer.
+type receipt struct {
+	OrderID    int64  `json:"order_id"`
+	ItemID     int64  `json:"item_id"`
+	Quantity   int    `json:"quantity"`
+	Remaining  int    `json:"remaining"`
+	FenceToken int64  `json:"fence_token"`
+	Strategy   string `json:"strategy"`
+}
+
+// debugLocks is the body of the demo-mode GET /api/debug/locks.
+type debugLocks struct {
+	PID   int `json:"pid"`
+	Locks []struct {
+		Key   string `json:"key"`
+		Token int64  `json:"token"`
+	} `json:"locks"`
+}
+
+func (a *api) ready(ctx context.Context) error {
+	_, err := a.do(ctx, http.MethodGet, "/readyz", nil, nil, nil)
+	return err
+}
+
+func (a *api) reset(ctx context.Context, items []newItem) error {
+	h := http.Header{"Authorization": {"Bearer " + a.token}}
+	_, err := a.do(ctx, http.MethodPost, "/api/admin/reset", h, map[string]any{"items": items}, nil)
+	return err
+}
+
+func (a *api) items(ctx context.Context) ([]item, error) {
+	var out []item
+	_, err := a.do(ctx, http.MethodGet, "/api/items", nil, nil, &out)
+	return out, err
+}
+
+func (a *api) stats(ctx context.Context) ([]ItemStats, error) {
+	var out []ItemStats
+	_, err := a.do(ctx, http.MethodGet, "/api/stats", nil, nil, &out)
+	return out, err
+}
+
+// orders reads every order, page by page (bounded: at most maxPages pages of 1000).
+func (a *api) orders(ctx context.Context) ([]order, error) {
+	const limit, maxPages = 1000, 10000
+	var all []order
+	var after int64
+	for page := 0; page < maxPages; page++ {
+		var out []order
+		q := url.Values{"after_id": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
+		if _, err := a.do(ctx, http.MethodGet, "/api/orders?"+q.Encode(), nil, nil, &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out...)
+		if len(out) < limit {
+			return all, nil
+		}
+		next := out[len(out)-1].OrderID
+		if next <= after {
+			return nil, fmt.Errorf("GET /api/orders: page after id %d did not advance", after)
+		}
+		after = next
+	}
+	return nil, errors.New("GET /api/orders: too many pages")
+}
+
+// locks asks a demo-mode instance which item locks it holds; found is false on 404 (not demo).
+func (a *api) locks(ctx context.Context) (dl debugLocks, found bool, err error) {
+	_, err = a.do(ctx, http.MethodGet, "/api/debug/locks", nil, nil, &dl)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return dl, false, nil
+	}
+	return dl, err == nil, err
+}
+
+// purchaseReq is one HTTP purchase attempt.
+type purchaseReq struct {
+	ItemID   int64
+	Quantity int
+	Key      string
+	Strategy string        // "" sends no X-Strategy header
+	Work     time.Duration // 0 sends no X-Simulated-Work header
+}
+
+// purchaseResult is the outcome of one attempt: Status 0 means no HTTP answer (Err says why).
+type purchaseResult struct {
+	Status  int
+	Code    string // error code of a non-2xx answer, "timeout" or "transport" without answer
+	Receipt receipt
+	Latency time.Duration
+	Err     error
+}
+
+func (a *api) purchase(ctx context.Context, p purchaseReq) purchaseResult {
+	h := http.Header{"Idempotency-Key": {p.Key}}
+	if p.Strategy != "" {
+		h.Set("X-Strategy", p.Strategy)
+	}
+	if p.Work > 0 {
+		h.Set("X-Simulated-Work", p.Work.String())
+	}
+	start := time.Now()
+	var r purchaseResult
+	path := "/api/items/" + strconv.FormatInt(p.ItemID, 10) + "/purchase"
+	r.Status, r.Err = a.do(ctx, http.MethodPost, path, h, map[string]int{"quantity": p.Quantity}, &r.Receipt)
+	r.Latency = time.Since(start)
+	var ae *apiError
+	switch {
+	case r.Err == nil:
+	case errors.As(r.Err, &ae):
+		r.Code = ae.Code
+	case r.Status != 0: // 2xx with an undecodable body
+		r.Code = "bad_body"
+	case isTimeout(r.Err):
+		r.Code = "timeout"
+	default:
+		r.Code = "transport"
+	}
+	return r
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

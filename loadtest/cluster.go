@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ClusterConfig describes the storefront processes of a self-contained run.
+type ClusterConfig struct {
+	Bin       string        // storefront binary; "" builds it from the module root
+	Instances int           // number of storefront processes
+	Lease     time.Duration // --lock-lease for every instance; 0 keeps the server default
+	Log       io.Writer     // where progress lines go (may be nil)
+}
+
+// Cluster is a set of storefront processes sharing one SQLite file and one Redis, all started by
+// the load test. Close stops every process and removes the temporary directory.
+type Cluster struct {
+	Dir        string
+	AdminToken string
+	Redis      *redisServer
+	Instances  []*Instance
+}
+
+// Instance is one storefront child process.
+type Instance struct {
+	Index int
+	URL   string
+	cmd   *exec.Cmd
+	out   *logSink
+	done  chan struct{} // closed when the process has exited and been reaped
+	mu    sync.Mutex
+	state string // "running", "stopped" (SIGSTOP), "exited"
+}
+
+// PID returns the process id of the instance.
+func (in *Instance) PID() int { return in.cmd.Process.Pid }
+
+// Pause stops the process with SIGSTOP.
+func (in *Instance) Pause() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.state != "running" {
+		return fmt.Errorf("instance %d is %s", in.Index, in.state)
+	}
+	if err := in.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	in.state = "stopped"
+	return nil
+}
+
+// Resume continues a process stopped by Pause.
+func (in *Instance) Resume() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.state != "stopped" {
+		return nil
+	}
+	in.state = "running"
+	return in.cmd.Process.Signal(syscall.SIGCONT)
+}
+
+// stop ends the process: SIGTERM, then SIGKILL after grace. It returns once the process is reaped.
+func (in *Instance) stop(grace time.Duration) {
+	_ = in.Resume()
+	select {
+	case <-in.done:
+		return
+	default:
+	}
+	_ = in.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-in.done:
+	case <-time.After(grace):
+		_ = in.cmd.Process.Kill()
+		<-in.done
+	}
+}
+
+// buildStorefront builds the storefront binary (the module at root) into dir.
+func buildStorefront(ctx context.Context, root, dir string) (string, error) {
+	if _, err := os.Stat(filepath.Join(root, "main.go")); err != nil {
+		return "", fmt.Errorf("no storefront main.go in %s", root)
+	}
+	bin := filepath.Join(dir, "stockguard")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build storefront: %v: %s", err, firstLine(out))
+	}
+	return bin, nil
+}
+
+// moduleRoot returns the directory of the go.mod governing the working directory.
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the stockguard module: run from the repository (or pass -bin)")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+func firstLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " ..."
+	}
+	return s
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// StartCluster builds the storefront if needed, starts Redis and cfg.Instances storefront
+// processes, and waits until every one answers /readyz. On error everything started is stopped.
+func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error) {
+	if cfg.Instances < 1 {
+		return nil, errors.New("instances must be at least 1")
+	}
+	logf := func(format string, a ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, format+"\n", a...)
+		}
+	}
+	dir, err := os.MkdirTemp("", "stockguard-loadtest-*")
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{Dir: dir, AdminToken: randomToken()}
+	defer func() {
+		if err != nil {
+			c.Close()
+			c = nil
+		}
+	}()
+	bin := cfg.Bin
+	if bin == "" {
+		root, err := moduleRoot(ctx)
+		if err != nil {
+			return c, err
+		}
+		logf("building the storefront (%s)", root)
+		if bin, err = buildStorefront(ctx, root, dir); err != nil {
+			return c, err
+		}
+	}
+	if c.Redis, err = startRedis(); err != nil {
+		return c, err
+	}
+	logf("redis: %s at %s", c.Redis.Kind, c.Redis.URL)
+	args := []string{"--demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "stockguard.db"),
+		"--redis", c.Redis.URL, "--admin-token", c.AdminToken}
+	if cfg.Lease > 0 {
+		args = append(args, "--lock-lease", cfg.Lease.String())
+	}
+	for i := 0; i < cfg.Instances; i++ {
+		in, err := startInstance(bin, args, i, dir)
+		if err != nil {
+			return c, err
+		}
+		c.Instances = append(c.Instances, in)
+	}
+	for _, in := range c.Instances {
+		if err := in.waitListening(ctx, 30*time.Second); err != nil {
+			return c, err
+		}
+	}
+	for _, in := range c.Instances {
+		if err := in.waitReady(ctx, 30*time.Second); err != nil {
+			return c, err
+		}
+	}
+	logf("%d storefront instance(s) ready: %s", len(c.Instances), strings.Join(c.URLs(), " "))
+	return c, nil
+}
+
+// URLs returns the base URL of every instance.
+func (c *Cluster) URLs() []string {
+	urls := make([]string, len(c.Instances))
+	for i, in := range c.Instances {
+		urls[i] = in.URL
+	}
+	return urls
+}
+
+// Close stops every instance (concurrently), then Redis, and removes the temporary directory.
+func (c *Cluster) Close() {
+	var wg sync.WaitGroup
+	for _, in := range c.Instances {
+		wg.Add(1)
+		go func() { defer wg.Done(); in.stop(5 * time.Second) }()
+	}
+	wg.Wait()
+	if c.Redis != nil {
+		c.Redis.Close()
+	}
+	_ = os.RemoveAll(c.Dir)
+}
+
+func startInstance(bin string, args []string, idx int, dir string) (*Instance, error) {
+	logFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("instance-%d.log", idx)))
+	if err != nil {
+		return nil, err
+	}
+	sink := &logSink{file: logFile, addr: make(chan string, 1)}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = sink, sink
+	cmd.Dir = dir
+	// Own process group: a terminal's Ctrl-C reaches only us, and we stop the children in order.
+	// Pdeathsig: if the load test dies abruptly, the kernel kills the children.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start storefront: %w", err)
+	}
+	in := &Instance{Index: idx, cmd: cmd, out: sink, done: make(chan struct{}), state: "running"}
+	go func() { // owner: the Instance; ends when the process exits (stop() guarantees that)
+		_ = cmd.Wait()
+		logFile.Close()
+		in.mu.Lock()
+		in.state = "exited"
+		in.mu.Unlock()
+		close(in.done)
+	}()
+	return in, nil
+}
+
+func (in *Instance) waitListening(ctx context.Context, limit time.Duration) error {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case addr := <-in.out.addr:
+		in.URL = "http://" + addr
+		return nil
+	case <-in.done:
+		return fmt.Errorf("storefront instance %d exited during start-up: %s", in.Index, in.out.tail())
+	case <-t.C:
+		return fmt.Errorf("storefront instance %d: no %q log line after %s", in.Index, "listening addr=", limit)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (in *Instance) waitReady(ctx context.Context, limit time.Duration) error {
+	a := &api{base: in.URL, hc: newHTTPClient(1, time.Second)}
+	defer a.hc.CloseIdleConnections()
+	deadline := time.Now().Add(limit)
+	for {
+		err := a.ready(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-in.done:
+			return fmt.Errorf("storefront instance %d exited: %s", in.Index, in.out.tail())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("storefront instance %d at %s not ready after %s: %v", in.Index, in.URL, limit, err)
+		}
+	}
+}
+
+// listeningRE matches the storefront's start-up log line, e.g. msg=listening addr=127.0.0.1:43121.
+var listeningRE = regexp.MustCompile(`msg="?listening"?(?:\s|$).*?\baddr="?([^\s"]+)`)
+
+// logSink receives a child's output: it copies it to a file, keeps the last lines for error
+// messages, and reports the first "listening" address.
+type logSink struct {
+	mu      sync.Mutex
+	file    *os.File
+	partial []byte
+	last    []string
+	addr    chan string
+	found   bool
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = s.file.Write(p)
+	s.partial = append(s.partial, p...)
+	for {
+		i := bytes.IndexByte(s.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(s.partial[:i])
+		s.partial = s.partial[i+1:]
+		if !s.found {
+			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				s.found = true
+				s.addr <- m[1]
+			}
+		}
+		s.last = append(s.last, line)
+		if len(s.last) > 5 {
+			s.last = s.last[1:]
+		}
+	}
+	if len(s.partial) > 64<<10 {
+		s.partial = s.partial[:0]
+	}
+	return len(p), nil
+}
+
+func (s *logSink) tail() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.last) == 0 {
+		return "(no output)"
+	}
+	return strings.Join(s.last, " | ")
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Strategy names the storefront offers (DESIGN.md "Purchase strategies").
+var knownStrategies = []string{"naive", "local", "lock", "guard", "lock+guard", "redlock+guard"}
+
+// defaultStrategies is the comparison run when -strategies is not given.
+var defaultStrategies = []string{"naive", "local", "lock", "guard", "lock+guard"}
+
+// Config is everything one load test run needs. Build it with parseConfig or by hand (tests).
+type Config struct {
+	Instances   int           // self-contained mode: storefront processes to start
+	Targets     []string      // target mode: base URLs of running storefronts (loopback only)
+	AdminToken  string        // target mode: the servers' admin token
+	Bin         string        // self-contained mode: storefront binary; "" builds it
+	Strategies  []string      // strategies to compare, in order
+	Items       int           // catalogue size
+	Stock       int           // initial stock of every item
+	Requests    int           // purchases per strategy; 0 = bounded by Duration only
+	Duration    time.Duration // run length per strategy; 0 = bounded by Requests only
+	Concurrency int           // closed model: workers; open model: cap of requests in flight
+	Rate        float64       // open model: purchases per second; 0 = closed model
+	Quantity    int           // max units per purchase (uniform 1..Quantity)
+	Hot         float64       // share of purchases on the first item
+	Retry       float64       // share of purchases sent twice with the same Idempotency-Key
+	Work        time.Duration // X-Simulated-Work of every purchase
+	Chaos       string        // "" or "pause"
+	Lease       time.Duration // --lock-lease of the instances in chaos mode
+	Timeout     time.Duration // client timeout of one HTTP request
+	Seed        int64         // random seed of the workload; 0 picks one
+	JSONFile    string        // write the JSON report there
+	HTMLFile    string        // write the HTML report there
+	Quiet       bool          // no progress output
+}
+
+// maxPurchases bounds a duration-only run.
+const maxPurchases = 2_000_000
+
+// usageError is a configuration error (exit code 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErr(format string, a ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, a...)}
+}
+
+// parseConfig parses the command line. Errors are *usageError, or flag.ErrHelp after -h.
+func parseConfig(args []string, stderr io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
+	fs.Usage = func() {}     // -h is handled below; a bad flag gets one line, not the whole list
+	var targets, strategies string
+	fs.IntVar(&c.Instances, "instances", 3, "self-contained mode: storefront processes to start")
+	fs.StringVar(&targets, "target", "", "comma-separated base URLs of running storefronts (loopback only) instead of starting them")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "admin token of the -target servers (needed to reset their catalogue)")
+	fs.StringVar(&c.Bin, "bin", "", "self-contained mode: storefront binary to run instead of building it")
+	fs.StringVar(&strategies, "strategies", strings.Join(defaultStrategies, ","), "comma-separated strategies to compare")
+	fs.IntVar(&c.Items, "items", 5, "items in the catalogue")
+	fs.IntVar(&c.Stock, "stock", 100, "initial stock of every item")
+	fs.IntVar(&c.Requests, "requests", 2000, "purchases per strategy")
+	fs.DurationVar(&c.Duration, "duration", 0, "run each strategy this long (with -requests: whichever ends first)")
+	fs.IntVar(&c.Concurrency, "concurrency", 32, "closed model: concurrent clients; open model: cap of requests in flight")
+	fs.Float64Var(&c.Rate, "rate", 0, "open model: purchases per second at a fixed arrival rate (0 = closed model)")
+	fs.IntVar(&c.Quantity, "quantity", 1, "max units per purchase (each asks for 1..quantity)")
+	fs.Float64Var(&c.Hot, "hot", 0.8, "share of purchases on the first (hot) item, 0..1")
+	fs.Float64Var(&c.Retry, "retry", 0.05, "share of purchases sent twice with the same Idempotency-Key, 0..1")
+	fs.DurationVar(&c.Work, "work", 20*time.Millisecond, "simulated slow work per purchase (X-Simulated-Work, at most 1s)")
+	fs.StringVar(&c.Chaos, "chaos", "", `"pause": SIGSTOP the instance holding the hot item's lock for 3x the lease, during each strategy's run`)
+	fs.DurationVar(&c.Lease, "lease", time.Second, "chaos mode: --lock-lease of the instances")
+	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "client timeout of one HTTP request")
+	fs.Int64Var(&c.Seed, "seed", 0, "random seed of the workload (0: time-based)")
+	fs.StringVar(&c.JSONFile, "json", "", "write the full report as JSON to this file")
+	fs.StringVar(&c.HTMLFile, "html", "", "write an HTML report with charts (works offline) to this file")
+	fs.BoolVar(&c.Quiet, "quiet", false, "no progress output")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return c, err
+		}
+		return c, usageErr("%v (see -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return c, usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["duration"] && !set["requests"] {
+		c.Requests = 0
+	}
+	if c.Chaos == "pause" && !set["duration"] && !set["requests"] {
+		// Long enough for the unpaused instances to sell during the pause and after it.
+		c.Requests, c.Duration = 0, 3*c.Lease+4*time.Second
+	}
+	if c.Chaos == "pause" && !set["stock"] {
+		// Small enough for the hot item to sell out during the pause, so that a stale write of
+		// the paused holder, once resumed, puts back stock that is then sold a second time.
+		c.Stock = 50
+	}
+	if targets != "" {
+		if set["instances"] {
+			return c, usageErr("-instances applies to the self-contained mode, not to -target")
+		}
+		c.Instances = 0
+		c.Targets = splitList(targets)
+	}
+	c.Strategies = splitList(strategies)
+	return c, c.validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// validate checks c and fills derived defaults. Errors are *usageError.
+func (c *Config) validate() error {
+	switch {
+	case len(c.Targets) == 0 && (c.Instances < 1 || c.Instances > 64):
+		return usageErr("-instances must be 1..64, got %d", c.Instances)
+	case len(c.Strategies) == 0:
+		return usageErr("-strategies is empty")
+	case c.Items < 1 || c.Items > 10000:
+		return usageErr("-items must be 1..10000, got %d", c.Items)
+	case c.Stock < 0 || c.Stock > 1_000_000_000:
+		return usageErr("-stock must be 0..1e9, got %d", c.Stock)
+	case c.Requests < 0 || c.Requests > maxPurchases:
+		return usageErr("-requests must be 0..%d, got %d", maxPurchases, c.Requests)
+	case c.Duration < 0:
+		return usageErr("-duration must not be negative")
+	case c.Requests == 0 && c.Duration == 0:
+		return usageErr("give -requests or -duration")
+	case c.Concurrency < 1 || c.Concurrency > 10000:
+		return usageErr("-concurrency must be 1..10000, got %d", c.Concurrency)
+	case c.Rate < 0 || c.Rate > 1e6:
+		return usageErr("-rate must be 0..1e6, got %g", c.Rate)
+	case c.Quantity < 1 || c.Quantity > 1000:
+		return usageErr("-quantity must be 1..1000, got %d", c.Quantity)
+	case c.Hot < 0 || c.Hot > 1:
+		return usageErr("-hot must be 0..1, got %g", c.Hot)
+	case c.Retry < 0 || c.Retry > 1:
+		return usageErr("-retry must be 0..1, got %g", c.Retry)
+	case c.Work < 0 || c.Work > time.Second:
+		return usageErr("-work must be 0..1s, got %s", c.Work)
+	case c.Chaos != "" && c.Chaos != "none" && c.Chaos != "pause":
+		return usageErr(`-chaos must be "pause" or "none", got %q`, c.Chaos)
+	case c.Chaos == "pause" && len(c.Targets) > 0:
+		return usageErr("-chaos pause needs the self-contained mode (it signals the processes it started)")
+	case c.Chaos == "pause" && (c.Lease < 100*time.Millisecond || c.Lease > time.Minute):
+		return usageErr("-lease must be 100ms..1m, got %s", c.Lease)
+	case c.Timeout < 100*time.Millisecond || c.Timeout > 10*time.Minute:
+		return usageErr("-timeout must be 100ms..10m, got %s", c.Timeout)
+	case len(c.Targets) > 0 && c.AdminToken == "":
+		return usageErr("-target needs -admin-token (the run resets the catalogue)")
+	}
+	if c.Chaos == "none" {
+		c.Chaos = ""
+	}
+	for _, s := range c.Strategies {
+		if !slices.Contains(knownStrategies, s) {
+			return usageErr("unknown strategy %q (known: %s)", s, strings.Join(knownStrategies, ", "))
+		}
+	}
+	for i, t := range c.Targets {
+		norm, err := checkTarget(t)
+		if err != nil {
+			return err
+		}
+		c.Targets[i] = norm
+	}
+	if c.Chaos == "pause" && c.Timeout < 3*c.Lease+5*time.Second {
+		c.Timeout = 3*c.Lease + 5*time.Second // requests to the paused instance must outlive the pause
+	}
+	return nil
+}
+
+// checkTarget accepts http(s)://host:port with a loopback host and returns it without a
+// trailing slash.
+func checkTarget(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", usageErr("-target %q is not an http(s)://host:port URL", raw)
+	}
+	host := u.Hostname()
+	if host != "localhost" {
+		ip := net.ParseIP(host)
+		if ip == nil || !ip.IsLoopback() {
+			return "", usageErr("-target %q: only loopback addresses (localhost, 127.0.0.0/8, ::1) are allowed", raw)
+		}
+	}
+	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeStore is an in-memory storefront speaking the HTTP contract, for tests of the report and
+// verdict logic that need no real server. "naive" reads, works and writes without a lock (so it
+// oversells); every other strategy is exact. Faults can be injected.
+type fakeStore struct {
+	mu       sync.Mutex
+	token    string
+	demo     bool
+	items    []*fakeItem
+	orders   []order
+	byKey    map[string]receipt
+	nextID   int64
+	wrongStr string // when set, 201s name this strategy instead of the asked one
+	ghost    bool   // when set, every 10th purchase also writes an order nobody was answered
+}
+
+type fakeItem struct {
+	ID, Initial, Stock int
+	SKU                string
+}
+
+func newFake(tb testing.TB, demo bool) (*fakeStore, *httptest.Server) {
+	tb.Helper()
+	f := &fakeStore{token: "t0k", demo: demo, byKey: map[string]receipt{}}
+	srv := httptest.NewServer(f)
+	tb.Cleanup(srv.Close)
+	return f, srv
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status int, code string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": code}})
+}
+
+func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	switch {
+	case p == "/readyz":
+		writeJSON(w, 200, map[string]string{"status": "ok"})
+	case p == "/api/debug/locks":
+		if !f.demo {
+			writeErr(w, 404, "not_found")
+			return
+		}
+		writeJSON(w, 200, map[string]any{"pid": 1, "locks": []any{}})
+	case p == "/api/admin/reset":
+		if r.Header.Get("Authorization") != "Bearer "+f.token {
+			writeErr(w, 401, "unauthorized")
+			return
+		}
+		var body struct{ Items []newItem }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		f.mu.Lock()
+		f.items, f.orders, f.byKey = nil, nil, map[string]receipt{}
+		for i, it := range body.Items {
+			f.items = append(f.items, &fakeItem{ID: 100 + i, Initial: it.Stock, Stock: it.Stock, SKU: it.SKU})
+		}
+		f.mu.Unlock()
+		writeJSON(w, 200, map[string]string{"status": "ok"})
+	case p == "/api/items":
+		f.mu.Lock()
+		var out []item
+		for _, it := range f.items {
+			out = append(out, item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
+		}
+		f.mu.Unlock()
+		writeJSON(w, 200, out)
+	case p == "/api/stats":
+		f.mu.Lock()
+		var out []ItemStats
+		for _, it := range f.items {
+			s := ItemStats{ItemID: int64(it.ID), SKU: it.SKU, InitialStock: it.Initial, Stock: it.Stock}
+			for _, o := range f.orders {
+				if o.ItemID == int64(it.ID) {
+					s.SoldUnits += o.Quantity
+					s.OrderCount++
+				}
+			}
+			s.OversoldUnits = max(0, s.SoldUnits-s.InitialStock)
+			out = append(out, s)
+		}
+		f.mu.Unlock()
+		writeJSON(w, 200, out)
+	case p == "/api/orders":
+		after, _ := strconv.ParseInt(r.URL.Query().Get("after_id"), 10, 64)
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		f.mu.Lock()
+		out := []order{}
+		for _, o := range f.orders {
+			if o.OrderID > after && len(out) < limit {
+				out = append(out, o)
+			}
+		}
+		f.mu.Unlock()
+		writeJSON(w, 200, out)
+	case strings.HasSuffix(p, "/purchase"):
+		f.purchase(w, r)
+	default:
+		writeErr(w, 404, "not_found")
+	}
+}
+
+func (f *fakeStore) purchase(w http.ResponseWriter, r *http.Request) {
+	id, _ := strconv.Atoi(strings.Split(r.URL.Path, "/")[3])
+	var body struct{ Quantity int }
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	strategy := r.Header.Get("X-Strategy")
+	if !f.demo {
+		if strategy != "" || r.Header.Get("X-Simulated-Work") != "" {
+			writeErr(w, 400, "invalid_request")
+			return
+		}
+		strategy = "lock+guard"
+	}
+	work, _ := time.ParseDuration(r.Header.Get("X-Simulated-Work"))
+	key := r.Header.Get("Idempotency-Key")
+	f.mu.Lock()
+	if rc, ok := f.byKey[key]; ok {
+		f.mu.Unlock()
+		writeJSON(w, 200, rc)
+		return
+	}
+	var it *fakeItem
+	for _, x := range f.items {
+		if x.ID == id {
+			it = x
+		}
+	}
+	if it == nil {
+		f.mu.Unlock()
+		writeErr(w, 404, "not_found")
+		return
+	}
+	stock := it.Stock
+	if strategy == "naive" { // read, then work and write without holding anything
+		f.mu.Unlock()
+		if stock < body.Quantity {
+			writeErr(w, 409, "sold_out")
+			return
+		}
+		time.Sleep(work)
+		f.mu.Lock()
+	} else if stock < body.Quantity {
+		f.mu.Unlock()
+		writeErr(w, 409, "sold_out")
+		return
+	}
+	it.Stock = stock - body.Quantity
+	f.nextID++
+	named := strategy
+	if f.wrongStr != "" {
+		named = f.wrongStr
+	}
+	k := key
+	o := order{OrderID: f.nextID, ItemID: int64(id), Quantity: body.Quantity, Strategy: named, IdempotencyKey: &k}
+	f.orders = append(f.orders, o)
+	rc := receipt{OrderID: o.OrderID, ItemID: o.ItemID, Quantity: o.Quantity, Remaining: it.Stock, Strategy: named}
+	f.byKey[key] = rc
+	if f.ghost && f.nextID%10 == 0 {
+		f.nextID++
+		gk := key + "-ghost"
+		f.orders = append(f.orders, order{OrderID: f.nextID, ItemID: int64(id), Quantity: 0, Strategy: named, IdempotencyKey: &gk})
+	}
+	f.mu.Unlock()
+	writeJSON(w, 201, rc)
+}

@@ -1,0 +1,80 @@
+// Command loadtest proves, across several storefront processes, which purchase strategies
+// oversell. By default it builds the storefront, starts three instances sharing one SQLite file
+// and one Redis, and for each strategy resets the catalogue, fires purchases, and checks every
+// invariant of DESIGN.md from the servers' API and its own record of the answers.
+//
+//	go run ./loadtest                              # the comparison of all five strategies
+//	go run ./loadtest -chaos pause                 # pause the lock holder past its lease
+//	go run ./loadtest -target http://127.0.0.1:8080 -admin-token secret
+//	go run ./loadtest -json report.json -html report.html
+//
+// Exit status: 0 when every strategy DESIGN.md calls safe kept the invariants, 1 when one broke
+// them, 2 on bad flags, unreachable targets or another error, 130 when interrupted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Main runs the load test with command-line args and returns the exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "loadtest:", err)
+		return 2
+	}
+	var logw io.Writer = stderr
+	rep, err := Run(ctx, cfg, logw)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "loadtest: interrupted; every process it started is stopped")
+			return 130
+		}
+		fmt.Fprintln(stderr, "loadtest:", oneLine(err.Error()))
+		return 2
+	}
+	fmt.Fprintln(stdout)
+	rep.WriteTable(stdout)
+	if cfg.JSONFile != "" {
+		if err := rep.WriteJSON(cfg.JSONFile); err != nil {
+			fmt.Fprintln(stderr, "loadtest: write JSON report:", err)
+			return 2
+		}
+	}
+	if cfg.HTMLFile != "" {
+		if err := rep.WriteHTML(cfg.HTMLFile); err != nil {
+			fmt.Fprintln(stderr, "loadtest: write HTML report:", err)
+			return 2
+		}
+	}
+	if rep.ExitCode != 0 {
+		fmt.Fprintf(stderr, "loadtest: FAIL: %v broke an invariant although DESIGN.md calls it safe\n", rep.Failed)
+	}
+	return rep.ExitCode
+}
+
+func oneLine(s string) string {
+	for i, r := range s {
+		if r == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}

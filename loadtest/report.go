@@ -1,0 +1,187 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Report is the outcome of a load test run, as written by -json.
+type Report struct {
+	StartedAt  time.Time        `json:"started_at"`
+	Mode       string           `json:"mode"`            // "self-contained" or "target"
+	Demo       bool             `json:"demo"`            // the servers accepted X-Strategy
+	Redis      string           `json:"redis,omitempty"` // self-contained: "redis-server" or "miniredis"
+	RedisPID   int              `json:"redis_pid,omitempty"`
+	Machine    Machine          `json:"machine"`
+	Config     ReportConfig     `json:"config"`
+	Instances  []InstanceInfo   `json:"instances"`
+	Strategies []StrategyResult `json:"strategies"`
+	Failed     []string         `json:"failed"`    // strategies called safe that broke an invariant
+	ExitCode   int              `json:"exit_code"` // 1 when Failed is not empty
+}
+
+// Machine describes where the load test ran.
+type Machine struct {
+	CPUs int    `json:"cpus"`
+	OS   string `json:"os"`
+	Arch string `json:"arch"`
+	Go   string `json:"go"`
+}
+
+// InstanceInfo names one storefront the run talked to.
+type InstanceInfo struct {
+	URL string `json:"url"`
+	PID int    `json:"pid,omitempty"` // self-contained mode only
+}
+
+// ReportConfig is the workload, as run.
+type ReportConfig struct {
+	Items       int     `json:"items"`
+	Stock       int     `json:"stock"`
+	Requests    int     `json:"requests"`
+	DurationS   float64 `json:"duration_s"`
+	Concurrency int     `json:"concurrency"`
+	Rate        float64 `json:"rate"`
+	Quantity    int     `json:"quantity"`
+	Hot         float64 `json:"hot"`
+	Retry       float64 `json:"retry"`
+	WorkMS      float64 `json:"work_ms"`
+	Chaos       string  `json:"chaos"`
+	LeaseMS     float64 `json:"lease_ms,omitempty"`
+	TimeoutMS   float64 `json:"timeout_ms"`
+	Seed        int64   `json:"seed"`
+}
+
+// Latency holds percentiles in milliseconds.
+type Latency struct {
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+}
+
+// LatencyPoint is one point of the latency distribution.
+type LatencyPoint struct {
+	Percentile float64 `json:"percentile"`
+	MS         float64 `json:"ms"`
+}
+
+// StrategyResult is one strategy's row of the report.
+type StrategyResult struct {
+	Strategy     string         `json:"strategy"`
+	Instances    int            `json:"instances"`
+	Requests     int            `json:"requests"`   // purchases (idempotency keys)
+	Sends        int            `json:"sends"`      // HTTP purchase requests, -retry copies included, replays not
+	Replays      int            `json:"replays"`    // purchases replayed after a client timeout
+	Unresolved   int            `json:"unresolved"` // replays that got no answer either
+	Missed       int            `json:"missed"`     // open model: arrivals dropped at the in-flight cap
+	InitialStock int            `json:"initial_stock"`
+	DurationS    float64        `json:"duration_s"`
+	ReqPerSec    float64        `json:"req_per_s"` // sends per second
+	Latency      Latency        `json:"latency"`
+	Distribution []LatencyPoint `json:"latency_distribution"`
+	Items        []ItemStats    `json:"items"` // /api/stats after the run
+	Chaos        *ChaosEvent    `json:"chaos,omitempty"`
+	ExpectedSafe bool           `json:"expected_safe"`
+	Verdict      string         `json:"verdict"`
+	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE
+	findings
+}
+
+// distributionPercentiles are the points of the latency chart.
+var distributionPercentiles = []float64{0, 10, 20, 30, 40, 50, 60, 70, 75, 80, 85, 90, 95, 97.5, 99, 99.5, 99.9, 100}
+
+func latencyOf(h *hdrhistogram.Histogram) (Latency, []LatencyPoint) {
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	if h.TotalCount() == 0 {
+		return Latency{}, nil
+	}
+	l := Latency{P50: ms(h.ValueAtQuantile(50)), P90: ms(h.ValueAtQuantile(90)), P99: ms(h.ValueAtQuantile(99)),
+		Max: ms(h.Max()), Mean: h.Mean() / 1000}
+	pts := make([]LatencyPoint, 0, len(distributionPercentiles))
+	for _, p := range distributionPercentiles {
+		v := h.ValueAtQuantile(p)
+		if p == 0 {
+			v = h.Min()
+		}
+		pts = append(pts, LatencyPoint{Percentile: p, MS: ms(v)})
+	}
+	return l, pts
+}
+
+// WriteJSON writes r to path.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteTable prints one row per strategy, then the chaos events and violations.
+func (r *Report) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tinstances\trequests\tsold\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\treq/s\tp50\tp90\tp99\tmax\tverdict\t")
+	for _, s := range r.Strategies {
+		verdict := s.Verdict
+		switch {
+		case s.Failed:
+			verdict += " (FAIL: called safe)"
+		case !s.ExpectedSafe && s.Verdict != VerdictSafe:
+			verdict += " (expected)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n",
+			s.Strategy, s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
+			s.OversoldUnits, s.LostUpdates, s.OrdersWithout201, s.DuplicateOrders, s.ReqPerSec,
+			fmtMS(s.Latency.P50), fmtMS(s.Latency.P90), fmtMS(s.Latency.P99), fmtMS(s.Latency.Max), verdict)
+	}
+	_ = tw.Flush()
+	for _, s := range r.Strategies {
+		if s.Chaos != nil {
+			fmt.Fprintf(w, "chaos %s: %s\n", s.Strategy, s.Chaos)
+		}
+	}
+	for _, s := range r.Strategies {
+		if s.Failed {
+			for _, v := range s.Violations {
+				fmt.Fprintf(w, "%s: %s\n", s.Strategy, v)
+			}
+		}
+	}
+}
+
+// codes renders errors by code as "code:n code:n", "-" when there are none.
+func codes(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s:%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func fmtMS(ms float64) string {
+	switch {
+	case ms >= 1000:
+		return fmt.Sprintf("%.2fs", ms/1000)
+	case ms >= 10:
+		return fmt.Sprintf("%.0fms", ms)
+	}
+	return fmt.Sprintf("%.1fms", ms)
+}

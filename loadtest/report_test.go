@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func fakeConfig(strategies ...string) Config {
+	return Config{Strategies: strategies, Items: 2, Stock: 20, Requests: 200, Concurrency: 16, Quantity: 1,
+		Hot: 1, Retry: 0.1, Work: 5 * time.Millisecond, Timeout: 5 * time.Second, Seed: 42, Quiet: true}
+}
+
+func TestFakeNaiveOversellsGuardSafe(t *testing.T) {
+	_, srv := newFake(t, true)
+	rep, err := RunTargets(context.Background(), fakeConfig("naive", "guard"), []string{srv.URL, srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	require.Len(t, rep.Strategies, 2)
+	naive, guard := rep.Strategies[0], rep.Strategies[1]
+	assert.Equal(t, VerdictOversold, naive.Verdict)
+	assert.Positive(t, naive.OversoldUnits)
+	assert.Positive(t, naive.LostUpdates)
+	assert.False(t, naive.Failed, "naive is expected to oversell")
+	assert.Equal(t, VerdictSafe, guard.Verdict, guard.Violations)
+	assert.Equal(t, 20, guard.SoldUnits)
+	assert.Equal(t, 200, guard.Requests)
+	assert.Greater(t, guard.Sends, 200, "the -retry share is sent twice")
+	assert.Positive(t, guard.Replayed, "retries of a 201 are answered 200")
+	assert.Equal(t, 0, rep.ExitCode)
+	assert.Positive(t, guard.Latency.P50)
+	assert.Len(t, guard.Distribution, len(distributionPercentiles))
+
+	var buf bytes.Buffer
+	rep.WriteTable(&buf)
+	assert.Contains(t, buf.String(), "OVERSOLD (expected)")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.GreaterOrEqual(t, len(lines), 3)
+	assert.True(t, strings.HasPrefix(strings.TrimSpace(lines[1]), "naive"), lines[1])
+}
+
+func TestFakeReportFilesRoundTrip(t *testing.T) {
+	_, srv := newFake(t, true)
+	rep, err := RunTargets(context.Background(), fakeConfig("guard"), []string{srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, rep.WriteJSON(filepath.Join(dir, "r.json")))
+	require.NoError(t, rep.WriteHTML(filepath.Join(dir, "r.html")))
+
+	b, err := os.ReadFile(filepath.Join(dir, "r.json"))
+	require.NoError(t, err)
+	var back Report
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Len(t, back.Strategies, 1)
+	assert.Equal(t, rep.Strategies[0].SoldUnits, back.Strategies[0].SoldUnits)
+	assert.Equal(t, rep.Strategies[0].Items, back.Strategies[0].Items)
+	assert.Equal(t, "SAFE", back.Strategies[0].Verdict)
+
+	h, err := os.ReadFile(filepath.Join(dir, "r.html"))
+	require.NoError(t, err)
+	page := string(h)
+	assert.Contains(t, page, "Chart.js v4", "the chart library is inlined")
+	assert.Contains(t, page, `"strategy":"guard"`)
+	assert.NotContains(t, page, "<script src", "no external script: the page works offline")
+	assert.NotContains(t, page, "sourceMappingURL")
+}
+
+func TestFakeWrongStrategyFails(t *testing.T) {
+	f, srv := newFake(t, true)
+	f.wrongStr = "naive"
+	rep, err := RunTargets(context.Background(), fakeConfig("guard"), []string{srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	g := rep.Strategies[0]
+	assert.Equal(t, VerdictOrderMismatch, g.Verdict)
+	assert.Positive(t, g.WrongStrategy)
+	assert.True(t, g.Failed)
+	assert.Equal(t, 1, rep.ExitCode)
+	assert.Equal(t, []string{"guard"}, rep.Failed)
+}
+
+func TestFakeOrdersWithout201(t *testing.T) {
+	f, srv := newFake(t, true)
+	f.ghost = true
+	rep, err := RunTargets(context.Background(), fakeConfig("lock+guard"), []string{srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	g := rep.Strategies[0]
+	assert.Positive(t, g.OrdersWithout201)
+	assert.Equal(t, VerdictOrderMismatch, g.Verdict)
+	assert.Equal(t, 1, rep.ExitCode)
+}
+
+func TestFakeNotDemoRunsServerStrategy(t *testing.T) {
+	_, srv := newFake(t, false)
+	rep, err := RunTargets(context.Background(), fakeConfig("naive", "guard"), []string{srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	require.Len(t, rep.Strategies, 1)
+	assert.False(t, rep.Demo)
+	assert.Equal(t, "lock+guard", rep.Strategies[0].Strategy)
+	assert.Equal(t, VerdictSafe, rep.Strategies[0].Verdict, rep.Strategies[0].Violations)
+	assert.Empty(t, rep.Strategies[0].ErrorsByCode, "no X-Strategy/X-Simulated-Work sent to a non-demo server")
+}
+
+func TestFakeOpenModel(t *testing.T) {
+	_, srv := newFake(t, true)
+	cfg := fakeConfig("guard")
+	cfg.Rate, cfg.Requests = 400, 100
+	rep, err := RunTargets(context.Background(), cfg, []string{srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	g := rep.Strategies[0]
+	assert.Equal(t, 100, g.Requests+g.Missed)
+	assert.GreaterOrEqual(t, g.DurationS, 0.2, "100 arrivals at 400/s take about 250ms")
+	assert.Equal(t, VerdictSafe, g.Verdict)
+}
+
+func TestCheckFindsEachViolation(t *testing.T) {
+	key := func(s string) *string { return &s }
+	ok201 := func(k string, id int64) *purchase {
+		return &purchase{Key: k, ItemID: 1, Quantity: 1, Attempts: []purchaseResult{
+			{Status: 201, Receipt: receipt{OrderID: id, ItemID: 1, Quantity: 1, Strategy: "guard"}}}}
+	}
+	ps := []*purchase{ok201("a", 1), ok201("b", 2), ok201("c", 3),
+		{Key: "d", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 409, Code: "sold_out"}}},
+		{Key: "e", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 503, Code: "lock_lost"}}}}
+	orders := []order{
+		{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "guard", IdempotencyKey: key("a")},
+		{OrderID: 2, ItemID: 1, Quantity: 1, Strategy: "guard", IdempotencyKey: key("b")},
+		// order 3 (key c) is missing
+		{OrderID: 4, ItemID: 1, Quantity: 1, Strategy: "guard", IdempotencyKey: key("b")}, // duplicate
+		{OrderID: 5, ItemID: 1, Quantity: 1, Strategy: "lock", IdempotencyKey: key("e")},  // no 201, wrong strategy
+	}
+	stats := []ItemStats{{ItemID: 1, InitialStock: 3, Stock: 1, SoldUnits: 4, OrderCount: 4}}
+	f := check("guard", ps, stats, orders)
+	assert.Equal(t, 1, f.OversoldUnits)
+	assert.Equal(t, 2, f.LostUpdates) // 3 − 1 ≠ 4
+	assert.Equal(t, 1, f.DuplicateOrders)
+	assert.Equal(t, 2, f.OrdersWithout201) // the duplicate and key e
+	assert.Equal(t, 1, f.MissingOrders)
+	assert.Equal(t, 1, f.WrongStrategy)
+	assert.Equal(t, 1, f.SoldOutAnswers)
+	assert.Equal(t, map[string]int{"lock_lost": 1}, f.ErrorsByCode)
+	assert.Equal(t, VerdictOversold, f.verdict())
+	assert.NotEmpty(t, f.Violations)
+
+	safe := check("guard", ps[:2], []ItemStats{{ItemID: 1, InitialStock: 3, Stock: 1, SoldUnits: 2, OrderCount: 2}}, orders[:2])
+	assert.Equal(t, VerdictSafe, safe.verdict(), safe.Violations)
+	lost := check("guard", ps[:2], []ItemStats{{ItemID: 1, InitialStock: 3, Stock: 2, SoldUnits: 2, OrderCount: 2}}, orders[:2])
+	assert.Equal(t, VerdictLostUpdate, lost.verdict())
+}
+
+func TestExpectedSafe(t *testing.T) {
+	assert.False(t, expectedSafe("naive", 1, ""))
+	assert.True(t, expectedSafe("local", 1, ""))
+	assert.False(t, expectedSafe("local", 3, ""))
+	assert.True(t, expectedSafe("lock", 3, ""))
+	assert.False(t, expectedSafe("lock", 3, "pause"))
+	assert.True(t, expectedSafe("guard", 3, "pause"))
+	assert.True(t, expectedSafe("lock+guard", 3, "pause"))
+}
+
+func TestParseConfig(t *testing.T) {
+	var sink bytes.Buffer
+	c, err := parseConfig(nil, &sink)
+	require.NoError(t, err)
+	assert.Equal(t, 3, c.Instances)
+	assert.Equal(t, defaultStrategies, c.Strategies)
+
+	c, err = parseConfig([]string{"-chaos", "pause"}, &sink)
+	require.NoError(t, err)
+	assert.Zero(t, c.Requests)
+	assert.Equal(t, 7*time.Second, c.Duration)
+	assert.GreaterOrEqual(t, c.Timeout, 8*time.Second, "requests to a paused instance outlive the pause")
+
+	c, err = parseConfig([]string{"-duration", "2s"}, &sink)
+	require.NoError(t, err)
+	assert.Zero(t, c.Requests)
+
+	c, err = parseConfig([]string{"-target", "http://localhost:8080/, http://[::1]:8081", "-admin-token", "x"}, &sink)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"http://localhost:8080", "http://[::1]:8081"}, c.Targets)
+
+	for _, args := range [][]string{
+		{"-items", "0"}, {"-hot", "1.5"}, {"-work", "2s"}, {"-strategies", "fast"}, {"-chaos", "kill"},
+		{"-target", "http://example.com", "-admin-token", "x"}, {"-target", "http://127.0.0.1:1"},
+		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-chaos", "pause"},
+		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-instances", "2"},
+		{"-requests", "0"}, {"-nope"}, {"extra"},
+	} {
+		_, err := parseConfig(args, &sink)
+		var ue *usageError
+		assert.True(t, errors.As(err, &ue), "%v: %v", args, err)
+	}
+}
+
+func TestMainExitCodes(t *testing.T) {
+	var out, errb bytes.Buffer
+	assert.Equal(t, 2, Main(context.Background(), []string{"-quantity", "0"}, &out, &errb))
+	assert.Equal(t, "loadtest: -quantity must be 1..1000, got 0\n", errb.String())
+
+	errb.Reset()
+	assert.Equal(t, 2, Main(context.Background(), []string{"-target", "http://127.0.0.1:1", "-admin-token", "x"}, &out, &errb))
+	assert.Contains(t, errb.String(), "unreachable")
+	assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line")
+
+	_, srv := newFake(t, true)
+	dir := t.TempDir()
+	errb.Reset()
+	code := Main(context.Background(), []string{"-target", srv.URL, "-admin-token", "t0k", "-strategies", "naive,guard",
+		"-requests", "100", "-items", "1", "-stock", "10", "-work", "2ms", "-json", filepath.Join(dir, "r.json"),
+		"-html", filepath.Join(dir, "r.html")}, &out, &errb)
+	assert.Equal(t, 0, code, errb.String())
+	assert.FileExists(t, filepath.Join(dir, "r.json"))
+	assert.FileExists(t, filepath.Join(dir, "r.html"))
+	assert.Contains(t, out.String(), "guard")
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// errUnreachable marks targets that do not answer (exit code 2).
+var errUnreachable = errors.New("unreachable")
+
+// Run runs the load test described by cfg: in self-contained mode it starts (and always stops)
+// its own cluster, otherwise it uses cfg.Targets. Progress lines go to logw (nil: none).
+func Run(ctx context.Context, cfg Config, logw io.Writer) (*Report, error) {
+	if len(cfg.Targets) > 0 {
+		return RunTargets(ctx, cfg, cfg.Targets, cfg.AdminToken, nil, logw)
+	}
+	ccfg := ClusterConfig{Bin: cfg.Bin, Instances: cfg.Instances, Log: logw}
+	if cfg.Chaos == "pause" {
+		ccfg.Lease = cfg.Lease
+	}
+	cl, err := StartCluster(ctx, ccfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	return RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, logw)
+}
+
+// RunTargets runs every strategy of cfg against the storefronts at urls. cl is the cluster that
+// runs them when the load test started them itself (needed by -chaos pause), else nil.
+func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl *Cluster, logw io.Writer) (*Report, error) {
+	if cfg.Seed == 0 {
+		cfg.Seed = time.Now().UnixNano()
+	}
+	hc := newHTTPClient(cfg.Concurrency, cfg.Timeout)
+	defer hc.CloseIdleConnections()
+	apis := make([]*api, len(urls))
+	for i, u := range urls {
+		apis[i] = &api{base: u, token: token, hc: hc}
+	}
+	rep := &Report{StartedAt: time.Now().UTC(), Mode: "target",
+		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version()},
+		Config: ReportConfig{Items: cfg.Items, Stock: cfg.Stock, Requests: cfg.Requests, DurationS: cfg.Duration.Seconds(),
+			Concurrency: cfg.Concurrency, Rate: cfg.Rate, Quantity: cfg.Quantity, Hot: cfg.Hot, Retry: cfg.Retry,
+			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed}}
+	if cl != nil {
+		rep.Mode, rep.Redis, rep.RedisPID = "self-contained", cl.Redis.Kind, cl.Redis.PID
+	}
+	if cfg.Chaos == "pause" {
+		rep.Config.LeaseMS = ms(cfg.Lease)
+	}
+	for i, a := range apis {
+		info := InstanceInfo{URL: a.base}
+		if cl != nil {
+			info.PID = cl.Instances[i].PID()
+		}
+		rep.Instances = append(rep.Instances, info)
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := a.ready(pctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("target %s %w: %v", a.base, errUnreachable, err)
+		}
+	}
+	_, demo, err := apis[0].locks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: GET /api/debug/locks: %w", apis[0].base, err)
+	}
+	rep.Demo = demo
+	strategies := cfg.Strategies
+	if !demo {
+		logf(logw, "the targets are not in demo mode: running only their own strategy, without simulated work")
+		strategies = []string{""}
+	}
+	var ch *chaos
+	if cfg.Chaos == "pause" {
+		if cl == nil {
+			return nil, usageErr("-chaos pause needs the self-contained mode")
+		}
+		ch = &chaos{cluster: cl, apis: apis, rdb: cl.Redis.Client(), lease: cfg.Lease}
+		defer ch.rdb.Close()
+	}
+	for round, strategy := range strategies {
+		res, err := runStrategy(ctx, cfg, apis, strategy, demo, ch, round, logw)
+		if err != nil {
+			return rep, err
+		}
+		rep.Strategies = append(rep.Strategies, *res)
+		if res.Failed {
+			rep.Failed = append(rep.Failed, res.Strategy)
+		}
+	}
+	if len(rep.Failed) > 0 {
+		rep.ExitCode = 1
+	}
+	return rep, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func logf(w io.Writer, format string, a ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", a...)
+	}
+}
+
+// catalogue is the reset body: cfg.Items items of cfg.Stock units; the first is the hot one.
+func catalogue(cfg Config) []newItem {
+	items := make([]newItem, cfg.Items)
+	for i := range items {
+		items[i] = newItem{SKU: fmt.Sprintf("LT-%04d", i+1), Name: fmt.Sprintf("Load test item %d", i+1),
+			Stock: cfg.Stock, PriceCents: 100}
+	}
+	return items
+}
+
+// runStrategy resets the catalogue, fires the workload (pausing an instance in chaos mode),
+// reconciles client timeouts, and checks the invariants.
+func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, demo bool, ch *chaos, round int, logw io.Writer) (*StrategyResult, error) {
+	label := strategy
+	if label == "" {
+		label = "(server)"
+	}
+	admin := apis[0]
+	if err := admin.reset(ctx, catalogue(cfg)); err != nil {
+		return nil, fmt.Errorf("%s: reset the catalogue: %w", label, err)
+	}
+	items, err := admin.items(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list items: %w", label, err)
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].ID < items[j].ID })
+	if len(items) != cfg.Items {
+		return nil, fmt.Errorf("%s: reset asked for %d items, the server lists %d", label, cfg.Items, len(items))
+	}
+	w := &workload{cfg: cfg, apis: apis, items: items, strategy: strategy, hist: newHistogram(),
+		keyBase: fmt.Sprintf("lt-%x-%d-%s", cfg.Seed&0xffffffff, round, strings.ReplaceAll(label, "+", "_"))}
+	if demo {
+		w.work = cfg.Work
+	}
+	pr := &progress{label: label, total: cfg.Requests, dur: cfg.Duration, wl: w}
+	if logw != nil && !cfg.Quiet {
+		pr.w, pr.tty = logw, isTerminal(logw)
+	}
+	start := time.Now()
+	var chaosEv *ChaosEvent
+	chaosDone := make(chan struct{})
+	stopChaos := make(chan struct{})
+	if ch != nil {
+		go func() { // owner: runStrategy, which closes stopChaos and waits on chaosDone
+			defer close(chaosDone)
+			chaosEv = ch.run(ctx, stopChaos, start, strategy, items[0].ID, round)
+		}()
+	} else {
+		close(chaosDone)
+	}
+	pr.start()
+	elapsed := w.run(ctx, cfg.Seed+int64(round))
+	close(stopChaos)
+	<-chaosDone // a pause in progress ends (the instance is resumed) before anything is checked
+	pr.finish()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	replays, unresolved := w.reconcile(ctx)
+
+	// Every instance shares one database: any of them gives the state.
+	stats, err := admin.stats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: GET /api/stats: %w", label, err)
+	}
+	orders, err := admin.orders(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: GET /api/orders: %w", label, err)
+	}
+	f := check(strategy, w.results, stats, orders)
+	if strategy == "" && len(orders) > 0 {
+		label = orders[0].Strategy
+	}
+	res := &StrategyResult{Strategy: label, Instances: len(apis), Requests: len(w.results), Replays: replays,
+		Unresolved: unresolved, Missed: int(w.missed.Load()), InitialStock: cfg.Items * cfg.Stock,
+		DurationS: elapsed.Seconds(), Items: stats, Chaos: chaosEv, findings: f}
+	for _, p := range w.results {
+		res.Sends += len(p.Attempts)
+	}
+	res.ReqPerSec = float64(res.Sends) / max(elapsed.Seconds(), 1e-3)
+	res.Latency, res.Distribution = latencyOf(w.hist)
+	res.Verdict = f.verdict()
+	chaosName := ""
+	if ch != nil {
+		chaosName = cfg.Chaos
+	}
+	res.ExpectedSafe = expectedSafe(label, len(apis), chaosName)
+	res.Failed = res.ExpectedSafe && res.Verdict != VerdictSafe
+	return res, nil
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// purchase is one logical purchase: one Idempotency-Key, sent once or twice (-retry), and
+// replayed after the run when no attempt got an HTTP answer.
+type purchase struct {
+	Key      string
+	ItemID   int64
+	Quantity int
+	Instance int
+	Attempts []purchaseResult
+	Replays  []purchaseResult
+}
+
+// answered reports whether some attempt or replay got an HTTP answer.
+func (p *purchase) answered() bool {
+	for _, r := range p.Attempts {
+		if r.Status != 0 {
+			return true
+		}
+	}
+	for _, r := range p.Replays {
+		if r.Status != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// spec is what the generator decides for one purchase.
+type spec struct {
+	seq      int
+	itemID   int64
+	quantity int
+	retry    bool
+	instance int
+}
+
+// workload fires the purchases of one strategy at the instances.
+type workload struct {
+	cfg      Config
+	apis     []*api
+	items    []item // items[0] is the hot item
+	strategy string // "" sends no X-Strategy (target not in demo mode)
+	work     time.Duration
+	keyBase  string
+
+	histMu sync.Mutex
+	hist   *hdrhistogram.Histogram // latency of every attempt, in microseconds
+
+	done, created, failed atomic.Int64 // purchases finished, 201s, attempts without 2xx/409
+	missed                atomic.Int64 // open model: arrivals dropped, the in-flight cap was reached
+
+	resMu   sync.Mutex
+	results []*purchase
+}
+
+func newHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
+}
+
+func (w *workload) record(r purchaseResult) {
+	us := r.Latency.Microseconds()
+	if us < 1 {
+		us = 1
+	}
+	w.histMu.Lock()
+	_ = w.hist.RecordValue(us) // values above the highest trackable (10 min) cannot happen: the client times out first
+	w.histMu.Unlock()
+	switch {
+	case r.Status == 201:
+		w.created.Add(1)
+	case r.Status >= 200 && r.Status < 300, r.Code == "sold_out", r.Code == "insufficient_stock":
+	default:
+		w.failed.Add(1)
+	}
+}
+
+// next draws the purchase number seq from rng.
+func (w *workload) next(rng *rand.Rand, seq, instance int) spec {
+	s := spec{seq: seq, instance: instance, quantity: 1 + rng.IntN(w.cfg.Quantity)}
+	idx := 0
+	if len(w.items) > 1 && rng.Float64() >= w.cfg.Hot {
+		idx = 1 + rng.IntN(len(w.items)-1)
+	}
+	s.itemID = w.items[idx].ID
+	s.retry = w.cfg.Retry > 0 && rng.Float64() < w.cfg.Retry
+	return s
+}
+
+// execute sends one purchase (twice with -retry: the copy goes to the next instance, as a
+// client retrying through a load balancer would) and records it.
+func (w *workload) execute(ctx context.Context, s spec) *purchase {
+	p := &purchase{Key: fmt.Sprintf("%s-%d", w.keyBase, s.seq), ItemID: s.itemID, Quantity: s.quantity, Instance: s.instance}
+	req := purchaseReq{ItemID: s.itemID, Quantity: s.quantity, Key: p.Key, Strategy: w.strategy, Work: w.work}
+	r := w.apis[s.instance].purchase(ctx, req)
+	w.record(r)
+	p.Attempts = append(p.Attempts, r)
+	if s.retry && ctx.Err() == nil {
+		r2 := w.apis[(s.instance+1)%len(w.apis)].purchase(ctx, req)
+		w.record(r2)
+		p.Attempts = append(p.Attempts, r2)
+	}
+	w.done.Add(1)
+	return p
+}
+
+// run fires the workload until -requests purchases are done, -duration has passed or ctx ends.
+func (w *workload) run(ctx context.Context, seed int64) time.Duration {
+	start := time.Now()
+	runCtx := ctx
+	if w.cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, w.cfg.Duration)
+		defer cancel()
+	}
+	limit := w.cfg.Requests
+	if limit == 0 {
+		limit = maxPurchases
+	}
+	if w.cfg.Rate > 0 {
+		w.runOpen(ctx, runCtx, limit, seed)
+	} else {
+		w.runClosed(ctx, runCtx, limit, seed)
+	}
+	return time.Since(start)
+}
+
+// runClosed: Concurrency workers, each sending its next purchase when the previous one is
+// answered. Worker i talks to instance i mod N, so requests spread round-robin over the
+// instances and a stalled instance stalls only its own workers (as behind a least-busy balancer).
+// Requests already sent when the duration ends are let finish (ctx, not runCtx, bounds them).
+func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64) {
+	var seq atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < w.cfg.Concurrency; i++ {
+		wg.Add(1)
+		go func() { // owner: runClosed, which waits for it
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(i)))
+			var mine []*purchase
+			for runCtx.Err() == nil {
+				n := int(seq.Add(1) - 1)
+				if n >= limit {
+					break
+				}
+				mine = append(mine, w.execute(ctx, w.next(rng, n, i%len(w.apis))))
+			}
+			w.resMu.Lock()
+			w.results = append(w.results, mine...)
+			w.resMu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+// runOpen: purchases arrive at a fixed rate whatever the servers' speed, so slow answers show in
+// the latency instead of lowering the load. Purchase i goes to instance i mod N. At most
+// Concurrency purchases are in flight; an arrival beyond that is counted as missed.
+func (w *workload) runOpen(ctx, runCtx context.Context, limit int, seed int64) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	interval := time.Duration(float64(time.Second) / w.cfg.Rate)
+	sem := make(chan struct{}, w.cfg.Concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for n := 0; n < limit; n++ {
+		if d := time.Until(start.Add(time.Duration(n) * interval)); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-runCtx.Done():
+			case <-timer.C:
+			}
+		}
+		if runCtx.Err() != nil {
+			break
+		}
+		s := w.next(rng, n, n%len(w.apis))
+		select {
+		case sem <- struct{}{}:
+		default:
+			w.missed.Add(1)
+			continue
+		}
+		wg.Add(1)
+		go func() { // owner: runOpen, which waits for it
+			defer wg.Done()
+			p := w.execute(ctx, s)
+			<-sem
+			w.resMu.Lock()
+			w.results = append(w.results, p)
+			w.resMu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+// reconcile replays, with the same key, every purchase none of whose attempts got an HTTP answer
+// (a client timeout): a 200 shows the original did create an order, a 201 that it did not and
+// the replay did, an error that nothing was sold. Bounded: 3 tries per purchase.
+func (w *workload) reconcile(ctx context.Context) (replayed, unresolved int) {
+	for _, p := range w.results {
+		if p.answered() {
+			continue
+		}
+		replayed++
+		req := purchaseReq{ItemID: p.ItemID, Quantity: p.Quantity, Key: p.Key, Strategy: w.strategy}
+		for try := 0; try < 3 && ctx.Err() == nil; try++ {
+			r := w.apis[(p.Instance+try)%len(w.apis)].purchase(ctx, req)
+			p.Replays = append(p.Replays, r)
+			if r.Status != 0 {
+				break
+			}
+		}
+		if !p.answered() {
+			unresolved++
+		}
+	}
+	return replayed, unresolved
+}
