@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// server is one redis-server child process on a free loopback port, with no persistence.
+// (The main module's internal/redistest does the same but cannot be imported from here.)
+type server struct {
+	addr   string
+	dir    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startServer() (*server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, errors.New("bench: redis-server not found on PATH; install the Debian package redis-server (`make deps` does)")
+	}
+	dir, err := os.MkdirTemp("", "stockguard-bench-*")
+	if err != nil {
+		return nil, err
+	}
+	for range 5 { // the free port may be taken between the probe and redis binding it
+		var port int
+		if port, err = freePort(); err != nil {
+			break
+		}
+		s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		if err = s.start(port); err == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, err
+}
+
+func (s *server) start(port int) error {
+	cmd := exec.Command("redis-server",
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--protected-mode", "no", "--daemonize", "no",
+		"--loglevel", "warning", "--logfile", "")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("bench: start redis-server: %w", err)
+	}
+	s.cmd, s.exited = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("bench: redis-server on %s exited during start-up", s.addr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-s.exited
+			return fmt.Errorf("bench: redis-server on %s not ready: %w", s.addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	_ = os.RemoveAll(s.dir)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// The servers of one `go test` run: started on first use, stopped by TestMain.
+var (
+	serversMu sync.Mutex
+	servers   []*server
+)
+
+// nodes returns the first n servers of the run, starting them if needed. Every benchmark
+// uses its own keys, so sharing servers between benchmarks is harmless.
+func nodes(tb testing.TB, n int) []*server {
+	tb.Helper()
+	serversMu.Lock()
+	defer serversMu.Unlock()
+	for len(servers) < n {
+		s, err := startServer()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		servers = append(servers, s)
+	}
+	return servers[:n:n]
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	serversMu.Lock()
+	for _, s := range servers {
+		s.stop()
+	}
+	serversMu.Unlock()
+	os.Exit(code)
+}
+
+// callCounter is a go-redis hook counting the calls (round trips) a client makes; a
+// pipeline counts as one.
+type callCounter struct{ n atomic.Int64 }
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// clientOptions are the go-redis options of every client in the benchmarks, the same for
+// each lock: context deadlines honoured (the stockguard lock requires it) and a pool large
+// enough for 32 goroutines polling at once, so that no lock waits for a connection.
+func clientOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		PoolSize:              64,
+		DialTimeout:           time.Second,
+		ReadTimeout:           2 * time.Second,
+		WriteTimeout:          2 * time.Second,
+	}
+}
+
+// newClient returns a client of s counting its calls in cc (nil: not counted), closed
+// when tb ends.
+func newClient(tb testing.TB, s *server, cc *callCounter) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(clientOptions(s.addr))
+	if cc != nil {
+		c.AddHook(cc)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// commandsProcessed sums total_commands_processed from INFO stats over the servers. Redis
+// counts the commands a Lua script runs as well as the EVALSHA itself, and the INFO call.
+func commandsProcessed(tb testing.TB, ss []*server) int64 {
+	tb.Helper()
+	var total int64
+	for _, s := range ss {
+		c := redis.NewClient(&redis.Options{Addr: s.addr})
+		info, err := c.Info(context.Background(), "stats").Result()
+		_ = c.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
