@@ -64,6 +64,7 @@ type Client struct {
 	log         *slog.Logger
 	hooks       Hooks
 	notify      *notifier
+	family      familyConfig // spin mode, fair-lock queue timeout (kind.go)
 }
 
 // New returns a Client over rdb (a *redis.Client, *redis.ClusterClient, *redis.Ring or any
@@ -78,6 +79,7 @@ func New(rdb redis.UniversalClient, opts *Options) *Client {
 		wait:        opts.wait(),
 		callTimeout: opts.callTimeout(),
 		log:         opts.logger(),
+		family:      opts.family(),
 	}
 	if opts != nil {
 		c.hooks = opts.Hooks

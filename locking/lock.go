@@ -31,6 +31,7 @@ type hold struct {
 	token    int64
 	acquired time.Time
 	wd       *watchdog
+	ops      *kindOps // nil for the core lock; the Redis calls of the other kinds (kind.go)
 
 	mu      sync.Mutex
 	handles int            // Lock handles not yet released; the last stops the watchdog
@@ -162,6 +163,9 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	h := l.h
+	if h.ops != nil && h.ops.ttl != nil {
+		return h.ops.ttl(ctx, h)
+	}
 	cctx, cancel := context.WithTimeout(ctx, h.c.callTimeout)
 	defer cancel()
 	ms, err := ttlScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner).Int64()

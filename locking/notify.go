@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,10 +15,14 @@ import (
 // notifier multiplexes one Redis subscription per Client to the goroutines waiting for locks.
 // It starts with the first waiter and stops with Client.Close.
 //
-// A release message wakes one waiter of its channel, not all (no thundering herd): waiters of
-// one key are interchangeable, and the woken one either takes the lock or finds it taken by a
-// holder that will publish again. A woken waiter that leaves without trying passes the
-// wake-up on. A subscription error (connection lost, messages possibly missed) wakes all.
+// The waiters of one channel form a FIFO queue. A release message wakes one waiter, the
+// longest waiting that is not already awake, not all (no thundering herd): waiters of one key
+// are interchangeable, and the woken one either takes the lock or finds it taken by a holder
+// that will publish again. Only the head of the queue tries on its own (at registration and
+// when the holder's lease runs out); the others wait for a message, so a newcomer of this
+// Client does not overtake its waiters (see Client.waitLoop). A woken waiter, or the head,
+// that leaves without the lock passes the wake-up on. A subscription error (connection
+// lost, messages possibly missed) wakes all.
 type notifier struct {
 	rdb         redis.UniversalClient
 	log         *slog.Logger
@@ -64,14 +69,23 @@ func newNotifier(rdb redis.UniversalClient, log *slog.Logger, callTimeout time.D
 		channels: map[string]*channelState{}, quit: make(chan struct{})}
 }
 
-// register adds a waiter on channel, subscribing if needed. The caller must call unregister.
-// The returned waiter's ready channel closes when the subscription is confirmed: a release
-// published after that is seen.
-func (n *notifier) register(ctx context.Context, channel string) (*waiter, error) {
+// queued reports whether channel has waiters: an Obtain of this Client then queues behind
+// them instead of trying first.
+func (n *notifier) queued(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.channels[channel]
+	return st != nil && len(st.waiters) > 0
+}
+
+// register adds a waiter at the tail of channel's queue, subscribing if needed, and reports
+// whether it is the head. The caller must call unregister. The waiter's ready channel closes
+// when the subscription is confirmed: a release published after that is seen.
+func (n *notifier) register(ctx context.Context, channel string) (w *waiter, head bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return nil, errClosed
+		return nil, false, errClosed
 	}
 	if n.ps == nil {
 		n.ps = n.rdb.Subscribe(context.WithoutCancel(ctx))
@@ -91,9 +105,9 @@ func (n *notifier) register(ctx context.Context, channel string) (*waiter, error
 		cancel()
 	}
 	st.idleSince = time.Time{}
-	w := &waiter{channel: channel, wake: make(chan struct{}, 1), ready: st.ready}
+	w = &waiter{channel: channel, wake: make(chan struct{}, 1), ready: st.ready}
 	st.waiters = append(st.waiters, w)
-	return w, nil
+	return w, len(st.waiters) == 1, nil
 }
 
 // tried records that w made an attempt after its last wake-up.
@@ -103,8 +117,9 @@ func (n *notifier) tried(w *waiter) {
 	n.mu.Unlock()
 }
 
-// unregister removes w. A waiter that was woken and leaves without having tried since (its
-// context ended) hands the wake-up to the next waiter.
+// unregister removes w. A waiter that leaves without the lock (its context or wait limit
+// ended) hands on its wake-up if it was woken and has not tried since, and its role if it was
+// the head: the next waiter is woken to try.
 func (n *notifier) unregister(w *waiter, acquired bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -112,13 +127,15 @@ func (n *notifier) unregister(w *waiter, acquired bool) {
 	if st == nil {
 		return
 	}
+	head := false
 	for i, x := range st.waiters {
 		if x == w {
-			st.waiters = append(st.waiters[:i], st.waiters[i+1:]...)
+			head = i == 0
+			st.waiters = slices.Delete(st.waiters, i, i+1)
 			break
 		}
 	}
-	if w.pending && !acquired {
+	if !acquired && (w.pending || head) {
 		n.wakeOneLocked(st)
 	}
 	if len(st.waiters) == 0 {

@@ -59,14 +59,18 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 		lock = l
 		return l != nil, ttl, err
 	}
-	ok, _, err := attempt(ctx)
-	switch {
-	case err != nil:
-		return nil, err
-	case ok:
-		return lock, nil
-	case cfg.wait == 0:
-		return nil, ErrNotObtained
+	// Try at once, unless waiters of this Client are queued for the key: then queue behind
+	// them (waitLoop), so that they are not overtaken. TryObtain always tries.
+	if cfg.wait == 0 || !c.notify.queued(k.channel) {
+		ok, _, err := attempt(ctx)
+		switch {
+		case err != nil:
+			return nil, err
+		case ok:
+			return lock, nil
+		case cfg.wait == 0:
+			return nil, ErrNotObtained
+		}
 	}
 	if err := c.waitLoop(ctx, k.channel, cfg.wait, attempt); err != nil {
 		return nil, err
@@ -97,16 +101,7 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 	if res[0] != 1 {
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
 	}
-	h := &hold{c: c, k: k, owner: owner, token: res[1], acquired: time.Now(), live: map[*Lock]bool{}}
-	h.mu.Lock()
-	l := h.newHandleLocked()
-	h.mu.Unlock()
-	h.wd = c.newWatchdog(h)
-	h.wd.start(sent)
-	if f := c.hooks.Acquired; f != nil {
-		f(k.name, h.token, time.Since(start))
-	}
-	return l, 0, nil
+	return c.newHold(k, owner, res[1], nil, sent, start), 0, nil
 }
 
 // newWatchdog returns the watchdog of h: renewals with renew.lua, or none for a fixed lease.

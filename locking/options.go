@@ -46,6 +46,19 @@ type Options struct {
 
 	// Hooks are called on lock events (metrics, debugging). Default: none.
 	Hooks Hooks
+
+	// Spin, when set, makes Obtain (and the fair lock and semaphore) wait by polling with
+	// exponential backoff and jitter instead of subscribing to release messages: no
+	// subscription at all, for deployments with very many locks, at the cost of up to
+	// SpinOptions.MaxBackoff of extra latency per handoff. Default nil: pub/sub. Redlock
+	// always waits this way (with the SpinOptions defaults when nil).
+	Spin *SpinOptions
+
+	// QueueTimeout is how long a fair-lock waiter (Client.ObtainFair) keeps its place in the
+	// queue without refreshing it: a waiter that vanishes (crash, partition) is dropped this
+	// long after its last attempt, and a live waiter refreshes its place every
+	// QueueTimeout/3. Default 5s; never less than 3*CallTimeout.
+	QueueTimeout time.Duration
 }
 
 // Hooks are optional callbacks on lock events. They are called synchronously from the

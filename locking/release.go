@@ -41,13 +41,23 @@ func (l *Lock) Release(ctx context.Context) error {
 		if last && !errors.Is(lost, errTaken) {
 			// Redis was unreachable or the fixed lease ran out: the key may still be ours.
 			// Delete it so waiters need not wait for its expiry.
-			h.c.forget(ctx, h.k, h.owner)
+			if h.ops != nil {
+				h.ops.forget(ctx, h)
+			} else {
+				h.c.forget(ctx, h.k, h.owner)
+			}
 		}
 		return ErrNotHeld
 	}
 	cctx, cancel := h.c.callContext(ctx)
 	defer cancel()
-	left, err := releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel, "0").Int64()
+	var left int64
+	var err error
+	if h.ops != nil {
+		left, err = h.ops.release(cctx, h, last)
+	} else {
+		left, err = releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel, "0").Int64()
+	}
 	if err != nil {
 		return fmt.Errorf("locking: release %q: %w", h.k.name, err)
 	}

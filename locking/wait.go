@@ -10,21 +10,26 @@ import (
 // kinds (fair lock, semaphore) reuse it with their own attempt and channel.
 //
 // It registers a waiter on channel and waits for the subscription to be confirmed (bounded
-// by CallTimeout), so that any release published from then on is seen, and only then calls
-// attempt. attempt reports whether it succeeded, or how long at most to sleep before trying
-// again (the holder's remaining lease), or an error, which ends the wait. Between attempts
-// it sleeps until a message on channel, that time, ctx's end or the wait limit (negative:
-// none). It returns nil once attempt succeeded, ErrNotObtained (joined with ctx.Err() when
-// ctx ended the wait), or attempt's error.
+// by CallTimeout), so that any release published from then on is seen. The head of the
+// queue then calls attempt at once; a waiter queued behind others of this Client first
+// waits to be woken (or for one lease, should every message be missed), so that it does not
+// overtake them. attempt reports whether it succeeded, or how long at most to sleep before
+// trying again (the holder's remaining lease), or an error, which ends the wait. Between
+// attempts it sleeps until a message on channel, that time, ctx's end or the wait limit
+// (zero or negative: none). It returns nil once attempt succeeded, ErrNotObtained (joined
+// with ctx.Err() when ctx ended the wait), or attempt's error.
 func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Duration,
 	attempt func(context.Context) (bool, time.Duration, error)) error {
+	if c.family.spin != nil { // spin mode: poll with backoff, no subscription (spin.go)
+		return spinWait(ctx, *c.family.spin, limit, attempt)
+	}
 	var limitC <-chan time.Time
 	if limit > 0 {
 		lt := time.NewTimer(limit)
 		defer lt.Stop()
 		limitC = lt.C
 	}
-	w, err := c.notify.register(ctx, channel)
+	w, head, err := c.notify.register(ctx, channel)
 	if err != nil {
 		return err
 	}
@@ -41,7 +46,24 @@ func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Durati
 	case <-limitC:
 		return ErrNotObtained
 	}
+	sleep := time.Duration(0) // the head tries at once
+	if !head {
+		sleep = c.lease
+	}
 	for {
+		if sleep > 0 {
+			timer.Reset(sleep)
+			select {
+			case <-w.wake:
+				c.notify.wokenByMessage.Add(1)
+			case <-timer.C:
+				c.notify.wokenByTimer.Add(1)
+			case <-ctx.Done():
+				return errors.Join(ErrNotObtained, ctx.Err())
+			case <-limitC:
+				return ErrNotObtained
+			}
+		}
 		c.notify.tried(w) // a message from now on wakes this waiter again
 		ok, ttl, err := attempt(ctx)
 		if err != nil {
@@ -51,20 +73,8 @@ func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Durati
 			acquired = true
 			return nil
 		}
-		retryIn := ttl
-		if retryIn <= 0 { // no expiry (-1) should not happen; expired meanwhile: retry soon
-			retryIn = time.Millisecond
-		}
-		timer.Reset(retryIn)
-		select {
-		case <-w.wake:
-			c.notify.wokenByMessage.Add(1)
-		case <-timer.C:
-			c.notify.wokenByTimer.Add(1)
-		case <-ctx.Done():
-			return errors.Join(ErrNotObtained, ctx.Err())
-		case <-limitC:
-			return ErrNotObtained
-		}
+		// ttl is the holder's remaining lease; -1 (no expiry) should not happen, and <= 0
+		// means it just expired: retry soon.
+		sleep = max(ttl, time.Millisecond)
 	}
 }
