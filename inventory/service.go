@@ -64,7 +64,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		db:        cfg.DB,
-		store:     store{db: cfg.DB},
+		store:     newStore(cfg.DB),
 		log:       cfg.Logger,
 		def:       cfg.Default,
 		ping:      cfg.Ping,

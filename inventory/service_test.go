@@ -334,3 +334,43 @@ func TestDatabaseClosedIsUnavailable(t *testing.T) {
 	assert.ErrorIs(t, err, inventory.ErrUnavailable)
 	assert.ErrorIs(t, s.Ready(t.Context()), inventory.ErrUnavailable)
 }
+
+// SQLITE_BUSY (another connection held the write lock past the busy timeout) is retried once,
+// then answered as ErrUnavailable.
+func TestDatabaseBusyRetriedOnceThenUnavailable(t *testing.T) {
+	ctx := t.Context()
+	_, path := openDB(t)
+	db, err := models.Open(ctx, path, models.WithBusyTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	defer models.Close(db)
+	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
+	id := resetItems(t, s, 10)[0]
+	other := openPath(t, path)
+
+	holdWriteLock := func(d time.Duration) <-chan struct{} {
+		tx := other.Begin() // BEGIN IMMEDIATE: the write lock, at once
+		require.NoError(t, tx.Error)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(d)
+			assert.NoError(t, tx.Rollback().Error)
+		}()
+		return done
+	}
+
+	// Held for 150ms: the first attempt gives up at 100ms, the retry gets the lock.
+	done := holdWriteLock(150 * time.Millisecond)
+	_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1})
+	assert.NoError(t, err)
+	<-done
+
+	// Held for 1s: both attempts give up.
+	done = holdWriteLock(time.Second)
+	start := time.Now()
+	_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1})
+	assert.ErrorIs(t, err, inventory.ErrUnavailable)
+	assert.Less(t, time.Since(start), 800*time.Millisecond)
+	<-done
+	assert.Equal(t, 1, statsOf(t, s, id).SoldUnits)
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/mattn/go-sqlite3"
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 )
 
 // Option changes how Open opens the database.
@@ -85,11 +84,7 @@ func openOnce(ctx context.Context, full string, memory bool, o options) (*gorm.D
 	db, err := gorm.Open(sqlite.Open(full), &gorm.Config{
 		SkipDefaultTransaction: true, // transactions are explicit and short
 		TranslateError:         true, // unique violations become gorm.ErrDuplicatedKey
-		Logger: logger.NewSlogLogger(o.logger, logger.Config{
-			SlowThreshold:             time.Second,
-			LogLevel:                  logger.Warn,
-			IgnoreRecordNotFoundError: true,
-		}),
+		Logger:                 gormLogger{log: o.logger, slow: time.Second},
 	})
 	if err != nil {
 		return nil, err
