@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -16,73 +17,79 @@ import (
 )
 
 // BenchmarkUncontended is one Obtain+Release on a free key, for each lock, next to a PING:
-// the floor of a lock is two round trips (acquire, release).
+// the floor of a lock is two round trips (acquire, release). Besides time and allocations
+// it reports round trips per op, the time per op spent outside Redis calls (in the lock
+// library itself: goroutines, timers, contexts) and the redis-server's CPU time per op.
 func BenchmarkUncontended(b *testing.B) {
 	b.Run("ping", func(b *testing.B) {
-		cc := new(callCounter)
-		rdb := newClient(b, nodes(b, 1)[0], cc)
+		rdb, cc := newClient(b, nodes(b, 1)[0], nil), new(callCounter)
+		rdb.AddHook(cc)
 		ctx := benchContext(b)
-		b.ReportAllocs()
-		calls0 := cc.n.Load()
-		for b.Loop() {
-			if err := rdb.Ping(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(cc.n.Load()-calls0)/float64(b.N), "calls/op")
+		measureOps(b, cc, func() error { return rdb.Ping(ctx).Err() })
 	})
 	b.Run("stockguard", func(b *testing.B) {
 		cc := new(callCounter)
 		c := locking.New(newClient(b, nodes(b, 1)[0], cc), &locking.Options{Lease: lease})
 		b.Cleanup(func() { _ = c.Close() })
 		ctx, key := benchContext(b), uniqueKey(b)
-		b.ReportAllocs()
-		calls0 := cc.n.Load()
-		for b.Loop() {
+		measureOps(b, cc, func() error {
 			l, err := c.Obtain(ctx, key)
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(cc.n.Load()-calls0)/float64(b.N), "calls/op")
+			return l.Release(ctx)
+		})
 	})
 	b.Run("redislock", func(b *testing.B) {
 		cc := new(callCounter)
 		c := redislock.New(newClient(b, nodes(b, 1)[0], cc))
 		ctx, key := benchContext(b), uniqueKey(b)
-		b.ReportAllocs()
-		calls0 := cc.n.Load()
-		for b.Loop() {
+		measureOps(b, cc, func() error {
 			l, err := c.Obtain(ctx, key, lease, nil)
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(cc.n.Load()-calls0)/float64(b.N), "calls/op")
+			return l.Release(ctx)
+		})
 	})
 	b.Run("redsync", func(b *testing.B) {
 		cc := new(callCounter)
 		rs := redsync.New(goredis.NewPool(newClient(b, nodes(b, 1)[0], cc)))
 		ctx, key := benchContext(b), uniqueKey(b)
 		m := rs.NewMutex(key)
-		b.ReportAllocs()
-		calls0 := cc.n.Load()
-		for b.Loop() {
+		measureOps(b, cc, func() error {
 			if err := m.LockContext(ctx); err != nil {
-				b.Fatal(err)
+				return err
 			}
 			if ok, err := m.UnlockContext(ctx); err != nil || !ok {
-				b.Fatal(ok, err)
+				return fmt.Errorf("redsync unlock: %v %w", ok, err)
 			}
-		}
-		b.ReportMetric(float64(cc.n.Load()-calls0)/float64(b.N), "calls/op")
+			return nil
+		})
 	})
+}
+
+// measureOps runs op b.N times on the first server, once before to load scripts, and
+// reports calls/op, lib-µs/op (wall time outside the calls cc timed) and redis-cpu-µs/op.
+func measureOps(b *testing.B, cc *callCounter, op func() error) {
+	if err := op(); err != nil {
+		b.Fatal(err)
+	}
+	ss := nodes(b, 1)
+	st0, calls0, ns0 := serverStats(b, ss), cc.n.Load(), cc.ns.Load()
+	b.ReportAllocs()
+	start := time.Now()
+	for b.Loop() {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	st := serverStats(b, ss).sub(st0, 1)
+	n := float64(b.N)
+	b.ReportMetric(float64(cc.n.Load()-calls0)/n, "calls/op")
+	b.ReportMetric(float64(elapsed.Nanoseconds()-(cc.ns.Load()-ns0))/n/1000, "lib-µs/op")
+	b.ReportMetric(st.cpu*1e6/n, "redis-cpu-µs/op")
 }
 
 // Contention workloads: 32 goroutines on one key.
@@ -131,6 +138,7 @@ type section struct{ asked, entered, left time.Time }
 //	p99-wait-ms         same, 99th percentile
 //	p50-handoff-ms      from one holder calling Release to the next holder entering, median
 //	redis-cmds/section  total_commands_processed delta (INFO stats, all nodes) per section
+//	redis-cpu-µs/section  CPU time of the redis-servers (INFO cpu) per section
 //	calls/section       client calls (round trips) per section
 func runContended(b *testing.B, k kind, n int, hold, pause time.Duration) {
 	ss := nodes(b, k.nodes)
@@ -149,7 +157,7 @@ func runContended(b *testing.B, k kind, n int, hold, pause time.Duration) {
 	if err := release(ctx); err != nil {
 		b.Fatal(err)
 	}
-	cmds0, calls0 := commandsProcessed(b, ss), cc.n.Load()
+	st0, calls0 := serverStats(b, ss), cc.n.Load()
 
 	var (
 		left       atomic.Int64
@@ -200,7 +208,7 @@ func runContended(b *testing.B, k kind, n int, hold, pause time.Duration) {
 	if v := violations.Load(); v > 0 {
 		b.Fatalf("%s: %d sections found another goroutine inside the lock", k.name, v)
 	}
-	cmds := commandsProcessed(b, ss) - cmds0 - int64(len(ss)) // less our INFO calls
+	st := serverStats(b, ss).sub(st0, len(ss))
 	calls := cc.n.Load() - calls0
 	all := slices.Concat(perWorker...)
 	if len(all) == 0 {
@@ -223,7 +231,8 @@ func runContended(b *testing.B, k kind, n int, hold, pause time.Duration) {
 	b.ReportMetric(ms(percentile(waits, 0.50)), "p50-wait-ms")
 	b.ReportMetric(ms(percentile(waits, 0.99)), "p99-wait-ms")
 	b.ReportMetric(ms(percentile(gaps, 0.50)), "p50-handoff-ms")
-	b.ReportMetric(float64(cmds)/ns, "redis-cmds/section")
+	b.ReportMetric(float64(st.commands)/ns, "redis-cmds/section")
+	b.ReportMetric(st.cpu*1e6/ns, "redis-cpu-µs/section")
 	b.ReportMetric(float64(calls)/ns, "calls/section")
 }
 

@@ -13,6 +13,10 @@
 // the same with no hold and no pause (raw throughput). Contended benchmarks report
 // sections/s, the wait before entry (p50, p99), the idle gap between one holder's release and
 // the next holder's entry (p50), Redis commands per section from INFO stats (commands run
-// inside Lua scripts included, as Redis counts them) and client calls (round trips) per
-// section.
+// inside Lua scripts included, as Redis counts them), the redis-servers' CPU time per section
+// (INFO cpu) and client calls (round trips) per section. The uncontended benchmark also
+// splits an op's time: round trips, time outside Redis calls (the library's own work) and
+// redis-server CPU time.
+//
+// `go run ./benchtable < results.txt` turns the output into the Markdown tables of README.
 package bench

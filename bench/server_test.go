@@ -132,21 +132,27 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// callCounter is a go-redis hook counting the calls (round trips) a client makes; a
-// pipeline counts as one.
-type callCounter struct{ n atomic.Int64 }
+// callCounter is a go-redis hook counting the calls (round trips) a client makes, a pipeline
+// as one, and the wall time spent in them.
+type callCounter struct{ n, ns atomic.Int64 }
 
 func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		t := time.Now()
+		err := next(ctx, cmd)
+		c.ns.Add(int64(time.Since(t)))
 		c.n.Add(1)
-		return next(ctx, cmd)
+		return err
 	}
 }
 func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		t := time.Now()
+		err := next(ctx, cmds)
+		c.ns.Add(int64(time.Since(t)))
 		c.n.Add(1)
-		return next(ctx, cmds)
+		return err
 	}
 }
 
@@ -176,24 +182,41 @@ func newClient(tb testing.TB, s *server, cc *callCounter) *redis.Client {
 	return c
 }
 
-// commandsProcessed sums total_commands_processed from INFO stats over the servers. Redis
-// counts the commands a Lua script runs as well as the EVALSHA itself, and the INFO call.
-func commandsProcessed(tb testing.TB, ss []*server) int64 {
+// stats are counters of the redis-servers of a benchmark, summed over them.
+type stats struct {
+	commands int64   // total_commands_processed (INFO stats)
+	cpu      float64 // used_cpu_sys + used_cpu_user, in seconds (INFO cpu)
+}
+
+// serverStats reads the servers' counters. Redis counts the commands a Lua script runs as
+// well as the EVALSHA itself, and counts the INFO call made here.
+func serverStats(tb testing.TB, ss []*server) stats {
 	tb.Helper()
-	var total int64
+	var st stats
 	for _, s := range ss {
 		c := redis.NewClient(&redis.Options{Addr: s.addr})
-		info, err := c.Info(context.Background(), "stats").Result()
+		info, err := c.Info(context.Background(), "stats", "cpu").Result()
 		_ = c.Close()
 		if err != nil {
 			tb.Fatal(err)
 		}
 		for line := range strings.SplitSeq(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			switch k {
+			case "total_commands_processed":
 				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
+				st.commands += n
+			case "used_cpu_sys", "used_cpu_user":
+				f, _ := strconv.ParseFloat(v, 64)
+				st.cpu += f
 			}
 		}
 	}
-	return total
+	return st
+}
+
+// sub returns the counters of a run that started at st0 (less the one INFO per server
+// that read st0).
+func (st stats) sub(st0 stats, servers int) stats {
+	return stats{commands: st.commands - st0.commands - int64(servers), cpu: st.cpu - st0.cpu}
 }
