@@ -128,15 +128,17 @@ func main() {
 	ping := find(unc, "ping")
 	if len(unc) > 0 {
 		fmt.Fprintf(w, "### Uncontended Obtain+Release\n\n")
-		fmt.Fprintf(w, "| lock | µs/op | × PING | round trips/op | allocs/op | B/op |\n|---|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| lock | µs/op | × PING | round trips/op | library µs/op | Redis CPU µs/op | allocs/op | B/op |\n")
+		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range unc {
 			x := ""
 			if ping != nil && ping.med("ns/op") > 0 {
 				x = fmt.Sprintf("%.2f", r.med("ns/op")/ping.med("ns/op"))
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", sub(r),
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", sub(r),
 				r.spread("ns/op", func(v float64) string { return num(v / 1000) }), x,
-				num(r.med("calls/op")), num(r.med("allocs/op")), num(r.med("B/op")))
+				num(r.med("calls/op")), num(r.med("lib-µs/op")), num(r.med("redis-cpu-µs/op")),
+				num(r.med("allocs/op")), num(r.med("B/op")))
 		}
 		fmt.Fprintln(w)
 	}
@@ -150,12 +152,13 @@ func main() {
 			continue
 		}
 		fmt.Fprintf(w, "### %s\n\n", g.title)
-		fmt.Fprintf(w, "| lock | sections/s | wait p50 ms | wait p99 ms | handoff p50 ms | Redis cmds/section | round trips/section |\n")
-		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| lock | sections/s | wait p50 ms | wait p99 ms | handoff p50 ms | Redis cmds/section | Redis CPU µs/section | round trips/section |\n")
+		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rs {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", sub(r),
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", sub(r),
 				r.spread("sections/s", num), num(r.med("p50-wait-ms")), r.spread("p99-wait-ms", num),
-				num(r.med("p50-handoff-ms")), num(r.med("redis-cmds/section")), num(r.med("calls/section")))
+				num(r.med("p50-handoff-ms")), num(r.med("redis-cmds/section")),
+				num(r.med("redis-cpu-µs/section")), num(r.med("calls/section")))
 		}
 		fmt.Fprintln(w)
 	}
