@@ -233,7 +233,7 @@ type memRedis struct {
 }
 
 // memTick is how often the in-process Redis clock is advanced (the TTL resolution).
-const memTick = 10 * time.Millisecond
+const memTick = 25 * time.Millisecond
 
 func startMiniredis() (*memRedis, error) {
 	m := miniredis.NewMiniRedis()

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := parseConfig(nil, func(string) string { return "" }, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, config{
+		addr: ":8080", db: "stockguard.db", strategy: "lock+guard", lockLease: 30 * time.Second,
+		lockWait: 5 * time.Second, logLevel: slog.LevelInfo, shutdownTimeout: 15 * time.Second,
+	}, c)
+}
+
+func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
+	env := map[string]string{
+		"ADDR": ":9000", "DATABASE_URL": "/data/x.db", "REDIS_URL": "redis://a:6379/0, redis://b:6379/0",
+		"STRATEGY": "guard", "LOCK_LEASE": "10s", "LOCK_WAIT": "1s", "ADMIN_TOKEN": "t0k",
+		"DEMO": "true", "MAX_INFLIGHT_PER_ITEM": "8", "LOG_LEVEL": "debug", "SHUTDOWN_TIMEOUT": "3s",
+	}
+	c, err := parseConfig([]string{"--addr", "127.0.0.1:0", "--demo=false"}, func(k string) string { return env[k] }, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:0", c.addr, "a flag wins over its variable")
+	assert.False(t, c.demo, "a flag wins over its variable")
+	assert.Equal(t, "/data/x.db", c.db)
+	assert.Equal(t, []string{"redis://a:6379/0", "redis://b:6379/0"}, c.redisURLList())
+	assert.Equal(t, "guard", c.strategy)
+	assert.Equal(t, 10*time.Second, c.lockLease)
+	assert.Equal(t, time.Second, c.lockWait)
+	assert.Equal(t, "t0k", c.adminToken)
+	assert.Equal(t, 8, c.maxInflight)
+	assert.Equal(t, slog.LevelDebug, c.logLevel)
+	assert.Equal(t, 3*time.Second, c.shutdownTimeout)
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--strategy", "yolo"}, nil, `unknown strategy "yolo"`},
+		{nil, map[string]string{"LOCK_LEASE": "soon"}, `invalid value "soon" for LOCK_LEASE`},
+		{nil, map[string]string{"DEMO": "maybe"}, `for DEMO`},
+		{[]string{"--lock-lease", "1ms"}, nil, "too short"},
+		{[]string{"--log-level", "loud"}, nil, "loud"},
+		{[]string{"extra"}, nil, "unexpected arguments"},
+	} {
+		var stderr bytes.Buffer
+		code := run(t.Context(), tt.args, func(k string) string { return tt.env[k] }, &stderr)
+		assert.Equal(t, 2, code, "%v %v", tt.args, tt.env)
+		assert.Contains(t, stderr.String(), tt.want)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	assert.Equal(t, 0, run(t.Context(), []string{"-h"}, func(string) string { return "" }, &stderr))
+	for name, env := range envOf {
+		assert.Contains(t, stderr.String(), "-"+name)
+		assert.Contains(t, stderr.String(), "[$"+env+"]")
+	}
+	_, err := parseConfig([]string{"-h"}, func(string) string { return "" }, &bytes.Buffer{})
+	assert.ErrorIs(t, err, flag.ErrHelp)
+	assert.False(t, strings.Contains(stderr.String(), "%!"))
+}
