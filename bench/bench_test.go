@@ -137,6 +137,7 @@ type section struct{ asked, entered, left time.Time }
 //	p50-wait-ms         wait before entry (Obtain called to returned), median
 //	p99-wait-ms         same, 99th percentile
 //	p50-handoff-ms      from one holder calling Release to the next holder entering, median
+//	p99-handoff-ms      same, 99th percentile
 //	redis-cmds/section  total_commands_processed delta (INFO stats, all nodes) per section
 //	redis-cpu-µs/section  CPU time of the redis-servers (INFO cpu) per section
 //	calls/section       client calls (round trips) per section
@@ -231,6 +232,7 @@ func runContended(b *testing.B, k kind, n int, hold, pause time.Duration) {
 	b.ReportMetric(ms(percentile(waits, 0.50)), "p50-wait-ms")
 	b.ReportMetric(ms(percentile(waits, 0.99)), "p99-wait-ms")
 	b.ReportMetric(ms(percentile(gaps, 0.50)), "p50-handoff-ms")
+	b.ReportMetric(ms(percentile(gaps, 0.99)), "p99-handoff-ms")
 	b.ReportMetric(float64(st.commands)/ns, "redis-cmds/section")
 	b.ReportMetric(st.cpu*1e6/ns, "redis-cpu-µs/section")
 	b.ReportMetric(float64(calls)/ns, "calls/section")

@@ -152,12 +152,12 @@ func main() {
 			continue
 		}
 		fmt.Fprintf(w, "### %s\n\n", g.title)
-		fmt.Fprintf(w, "| lock | sections/s | wait p50 ms | wait p99 ms | handoff p50 ms | Redis cmds/section | Redis CPU µs/section | round trips/section |\n")
-		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| lock | sections/s | wait p50 ms | wait p99 ms | handoff p50 ms | handoff p99 ms | Redis cmds/section | Redis CPU µs/section | round trips/section |\n")
+		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rs {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", sub(r),
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sub(r),
 				r.spread("sections/s", num), num(r.med("p50-wait-ms")), r.spread("p99-wait-ms", num),
-				num(r.med("p50-handoff-ms")), num(r.med("redis-cmds/section")),
+				num(r.med("p50-handoff-ms")), num(r.med("p99-handoff-ms")), num(r.med("redis-cmds/section")),
 				num(r.med("redis-cpu-µs/section")), num(r.med("calls/section")))
 		}
 		fmt.Fprintln(w)
