@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// There is no Docker engine where the tests run: these tests load docker-compose.yml with the
+// compose-spec loader (the one docker compose uses) and check its shape, and check that the
+// Dockerfile and nginx config agree with it.
+
+const storefrontPort = 8080
+
+var storefronts = []string{"storefront-1", "storefront-2"}
+
+func loadCompose(t *testing.T, env ...string) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{"docker-compose.yml"},
+		cli.WithWorkingDirectory("."),
+		cli.WithEnv(env),
+		cli.WithInterpolation(true),
+		cli.WithResolvedPaths(false),
+	)
+	require.NoError(t, err)
+	p, err := opts.LoadProject(context.Background())
+	require.NoError(t, err)
+	return p
+}
+
+func TestComposeFile(t *testing.T) {
+	p := loadCompose(t, "ADMIN_TOKEN=compose-test-token")
+	assert.Equal(t, "stockguard", p.Name)
+	assert.ElementsMatch(t, []string{"redis", "storefront-1", "storefront-2", "nginx"}, p.ServiceNames())
+
+	redis, err := p.GetService("redis")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(redis.Image, "redis:"), redis.Image)
+	assertHealthCheck(t, redis, "redis-cli")
+	assert.Empty(t, redis.Ports, "Redis is not published on the host")
+
+	var firstEnv map[string]string
+	for _, name := range storefronts {
+		s, err := p.GetService(name)
+		require.NoError(t, err)
+		require.NotNil(t, s.Build, "%s is built from the Dockerfile", name)
+		assert.Equal(t, "Dockerfile", s.Build.Dockerfile)
+		assert.Empty(t, s.Ports, "%s is reached through nginx only", name)
+		assert.Contains(t, []string(s.Expose), "8080")
+		assertHealthCheck(t, s, "/readyz")
+		require.Contains(t, s.DependsOn, "redis")
+		assert.Equal(t, types.ServiceConditionHealthy, s.DependsOn["redis"].Condition)
+		require.NotNil(t, s.StopGracePeriod)
+
+		// Both replicas share the named volume holding the SQLite file.
+		require.Len(t, s.Volumes, 1)
+		assert.Equal(t, types.VolumeTypeVolume, s.Volumes[0].Type)
+		assert.Equal(t, "data", s.Volumes[0].Source)
+		assert.Equal(t, "/data", s.Volumes[0].Target)
+
+		env := map[string]string{}
+		for k, v := range s.Environment {
+			require.NotNil(t, v, "%s: %s has no value", name, k)
+			env[k] = *v
+			assert.True(t, knownEnv(k), "%s: %s is not a variable stockguard reads", name, k)
+		}
+		assert.Equal(t, "/data/stockguard.db", env["DATABASE_URL"])
+		assert.Equal(t, "redis://redis:6379/0", env["REDIS_URL"])
+		assert.Equal(t, ":8080", env["ADDR"])
+		assert.Equal(t, "compose-test-token", env["ADMIN_TOKEN"])
+		assert.Equal(t, "lock+guard", env["STRATEGY"])
+		assert.Equal(t, "false", env["DEMO"])
+		// Every value must be one the server accepts.
+		_, err = parseConfig(nil, func(k string) string { return env[k] }, &strings.Builder{})
+		assert.NoError(t, err, "%s: environment rejected by stockguard", name)
+		if firstEnv == nil {
+			firstEnv = env
+		} else {
+			assert.Equal(t, firstEnv, env, "the replicas are configured alike")
+		}
+	}
+	require.Contains(t, p.Volumes, "data")
+
+	nginx, err := p.GetService("nginx")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(nginx.Image, "nginx:"), nginx.Image)
+	require.Len(t, nginx.Ports, 1)
+	assert.Equal(t, uint32(80), nginx.Ports[0].Target)
+	assert.Equal(t, "8080", nginx.Ports[0].Published)
+	assertHealthCheck(t, nginx, "/healthz")
+	for _, name := range storefronts {
+		require.Contains(t, nginx.DependsOn, name)
+		assert.Equal(t, types.ServiceConditionHealthy, nginx.DependsOn[name].Condition)
+	}
+	require.Len(t, nginx.Volumes, 1)
+	assert.Equal(t, "/etc/nginx/nginx.conf", nginx.Volumes[0].Target)
+	assert.True(t, nginx.Volumes[0].ReadOnly)
+	assert.FileExists(t, nginx.Volumes[0].Source)
+}
+
+func TestComposeNeedsAdminToken(t *testing.T) {
+	opts, err := cli.NewProjectOptions([]string{"docker-compose.yml"}, cli.WithWorkingDirectory("."), cli.WithEnv(nil))
+	require.NoError(t, err)
+	_, err = opts.LoadProject(context.Background())
+	require.Error(t, err, "without ADMIN_TOKEN the replicas would each generate their own")
+	assert.Contains(t, err.Error(), "ADMIN_TOKEN")
+
+	p := loadCompose(t, "ADMIN_TOKEN=x", "DEMO=true", "PORT=9090")
+	s, err := p.GetService("storefront-2")
+	require.NoError(t, err)
+	assert.Equal(t, "true", *s.Environment["DEMO"])
+	n, err := p.GetService("nginx")
+	require.NoError(t, err)
+	assert.Equal(t, "9090", n.Ports[0].Published)
+}
+
+func assertHealthCheck(t *testing.T, s types.ServiceConfig, want string) {
+	t.Helper()
+	require.NotNil(t, s.HealthCheck, "%s has a health check", s.Name)
+	assert.False(t, s.HealthCheck.Disable)
+	assert.Contains(t, strings.Join(s.HealthCheck.Test, " "), want, s.Name)
+	require.NotNil(t, s.HealthCheck.Interval, s.Name)
+	require.NotNil(t, s.HealthCheck.Timeout, s.Name)
+}
+
+func knownEnv(name string) bool {
+	for _, e := range envOf {
+		if e == name {
+			return true
+		}
+	}
+	return false
+}
+
+func TestNginxConfigMatchesCompose(t *testing.T) {
+	b, err := os.ReadFile("deploy/nginx.conf")
+	require.NoError(t, err)
+	conf := string(b)
+	servers := regexp.MustCompile(`(?m)^\s*server\s+([\w.-]+):(\d+)`).FindAllStringSubmatch(conf, -1)
+	require.Len(t, servers, len(storefronts))
+	for i, m := range servers {
+		assert.Equal(t, storefronts[i], m[1])
+		assert.Equal(t, "8080", m[2])
+	}
+	assert.Regexp(t, `(?m)^\s*listen 80;`, conf)
+	assert.Contains(t, conf, "proxy_set_header X-Request-ID")
+	assert.NotContains(t, conf, "non_idempotent", "a purchase must never be retried on another replica")
+	assert.Equal(t, strings.Count(conf, "{"), strings.Count(conf, "}"), "balanced braces")
+}
+
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("Dockerfile")
+	require.NoError(t, err)
+	df := string(b)
+	froms := regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindAllStringSubmatch(df, -1)
+	require.Len(t, froms, 2, "multi-stage: build, then runtime")
+	assert.True(t, strings.HasPrefix(froms[0][1], "golang:1.26"), froms[0][1])
+	assert.Contains(t, df, "CGO_ENABLED=1", "mattn/go-sqlite3 needs cgo")
+	assert.Contains(t, df, "COPY --from=build")
+	assert.Regexp(t, `(?m)^USER\s+\S+`, df, "runs as a non-root user")
+	assert.Regexp(t, `(?m)^HEALTHCHECK`, df)
+	assert.Regexp(t, `(?m)^EXPOSE\s+8080`, df)
+	// The runtime image has the curl the compose health checks call.
+	assert.Contains(t, df, "curl")
+}
