@@ -127,10 +127,27 @@ func (r *Report) WriteJSON(path string) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// WriteTable prints one row per strategy, then the chaos events and violations.
+// WriteTable prints a line on the setting, one row per strategy, then the chaos events and
+// the violations of the strategies called safe.
 func (r *Report) WriteTable(w io.Writer) {
+	c := r.Config
+	bound := fmt.Sprintf("%d purchases", c.Requests)
+	if c.Requests == 0 {
+		bound = fmt.Sprintf("%gs", c.DurationS)
+	}
+	model := fmt.Sprintf("%d clients", c.Concurrency)
+	if c.Rate > 0 {
+		model = fmt.Sprintf("%g/s open model", c.Rate)
+	}
+	fmt.Fprintf(w, "%s, %d instance(s)%s; %d item(s) x %d units; %s per strategy, %s, hot %g, retry %g, quantity 1..%d, work %gms%s; %d CPUs\n\n",
+		r.Mode, len(r.Instances), prefixed(", Redis: ", r.Redis), c.Items, c.Stock, bound, model, c.Hot, c.Retry,
+		c.Quantity, c.WorkMS, prefixed(", chaos: ", c.Chaos), r.Machine.CPUs)
+	width := len("strategy")
+	for _, s := range r.Strategies {
+		width = max(width, len(s.Strategy))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tinstances\trequests\tsold\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\treq/s\tp50\tp90\tp99\tmax\tverdict\t")
+	fmt.Fprintf(tw, "%-*s\tinstances\trequests\tsold/stock\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\treq/s\tp50\tp90\tp99\tmax\t  verdict\n", width, "strategy")
 	for _, s := range r.Strategies {
 		verdict := s.Verdict
 		switch {
@@ -139,8 +156,8 @@ func (r *Report) WriteTable(w io.Writer) {
 		case !s.ExpectedSafe && s.Verdict != VerdictSafe:
 			verdict += " (expected)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n",
-			s.Strategy, s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
+		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t  %s\n",
+			width, s.Strategy, s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
 			s.OversoldUnits, s.LostUpdates, s.OrdersWithout201, s.DuplicateOrders, s.ReqPerSec,
 			fmtMS(s.Latency.P50), fmtMS(s.Latency.P90), fmtMS(s.Latency.P99), fmtMS(s.Latency.Max), verdict)
 	}
@@ -157,6 +174,13 @@ func (r *Report) WriteTable(w io.Writer) {
 			}
 		}
 	}
+}
+
+func prefixed(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }
 
 // codes renders errors by code as "code:n code:n", "-" when there are none.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,8 +27,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	if _, err := os.Stat(filepath.Join("..", "main.go")); err != nil {
+	if testing.Short() {
+		skipReason = "self-contained runs take a while; skipped with -short"
+	} else if _, err := os.Stat(filepath.Join("..", "main.go")); err != nil {
 		skipReason = "the storefront's main.go is not there yet: self-contained runs skipped"
 	} else if storefrontBin, err = buildStorefront(ctx, "..", dir); err != nil {
 		skipReason = "the storefront does not build yet: " + err.Error()
@@ -48,9 +52,6 @@ func needStorefront(t *testing.T) {
 	t.Helper()
 	if storefrontBin == "" {
 		t.Skip(skipReason)
-	}
-	if testing.Short() {
-		t.Skip("self-contained runs take a while; skipped with -short")
 	}
 }
 
