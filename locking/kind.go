@@ -3,6 +3,7 @@ package locking
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -88,4 +89,64 @@ func (h *hold) reenterLocal() (*Lock, error) {
 // why the clean-up is needed.
 func (c *Client) bestEffort(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
+}
+
+// obtainConfigFor applies opts to the Client's defaults; wait false makes one attempt.
+func (c *Client) obtainConfigFor(wait bool, opts []ObtainOption) obtainConfig {
+	cfg := obtainConfig{wait: c.wait}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !wait {
+		cfg.wait = 0
+	}
+	return cfg
+}
+
+// obtainKind is Obtain for the other kinds: it checks ctx and Close, makes one attempt and,
+// unless limit is zero, waits with waitLoop on channel (spinWait in spin mode) until an
+// attempt succeeds. attempt returns the Lock when taken, or how long at most to sleep before
+// the next attempt (0: no hint), or an error that ends the wait. The errors are Obtain's.
+func (c *Client) obtainKind(ctx context.Context, channel string, limit time.Duration,
+	attempt func(context.Context) (*Lock, time.Duration, error)) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
+	}
+	if c.notify.isClosed() {
+		return nil, ErrClosed
+	}
+	var lock *Lock
+	try := func(ctx context.Context) (bool, time.Duration, error) {
+		l, hint, err := attempt(ctx)
+		lock = l
+		return l != nil, hint, err
+	}
+	ok, _, err := try(ctx)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		return lock, nil
+	case limit == 0:
+		return nil, ErrNotObtained
+	}
+	if err := c.waitLoop(ctx, channel, limit, try); err != nil {
+		return nil, err
+	}
+	return lock, nil
+}
+
+// attemptFailed maps the error of an attempt's Redis call: when the call may have run
+// anyway, cleanup undoes it (best effort); an ended ctx gives ErrNotObtained joined with its
+// error, anything else a Redis error naming what failed.
+func (c *Client) attemptFailed(ctx context.Context, err error, what string, cleanup func(context.Context)) error {
+	if maybeExecuted(err) {
+		cctx, cancel := c.bestEffort(ctx)
+		cleanup(cctx)
+		cancel()
+	}
+	if ctx.Err() != nil {
+		return errors.Join(ErrNotObtained, ctx.Err())
+	}
+	return fmt.Errorf("locking: %s: %w", what, err)
 }

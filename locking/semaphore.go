@@ -1,0 +1,150 @@
+package locking
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed semaphore_acquire.lua
+	semAcquireLua    string
+	semAcquireScript = redis.NewScript(semAcquireLua)
+
+	//go:embed semaphore_renew.lua
+	semRenewLua    string
+	semRenewScript = redis.NewScript(semRenewLua)
+
+	//go:embed semaphore_release.lua
+	semReleaseLua    string
+	semReleaseScript = redis.NewScript(semReleaseLua)
+
+	//go:embed semaphore_ttl.lua
+	semTTLLua    string
+	semTTLScript = redis.NewScript(semTTLLua)
+)
+
+// Semaphore is an expiring counting semaphore: at most N holders of a permit per key at
+// once, across processes. Each permit has a random id and a lease; the watchdog renews it
+// while held (as a Lock's), and the permit of a holder that crashed or stopped renewing comes
+// back when its lease runs out. Fairness among acquirers follows the fair semaphore of
+// "Redis in Action": a ticket from a counter orders them, and all time is the Redis server's
+// clock (read inside the scripts), so a client with a skewed clock cannot steal a permit.
+//
+// A permit is a *Lock with the same Done, Err, Context, Release and TTL, but no fencing
+// token (Token returns 0: N holders at once cannot be fenced) and no re-entry: Acquire under
+// a context carrying a permit takes another permit. Waiters sleep until a permit is released
+// (a message on the key's channel) or the first held permit's lease runs out, or poll in
+// spin mode (Options.Spin).
+//
+// Redis layout, for key K and prefix P:
+//
+//	P{K}:sem          sorted set: permit id -> expiry (ms, Redis server clock)
+//	P{K}:sem:order    sorted set: permit id -> ticket
+//	P{K}:sem:counter  string: the last ticket
+//	P{K}:sem:released channel: published on each release
+type Semaphore struct {
+	c       *Client // its own: options, hooks, the subscription of waiters
+	permits int
+	ops     *kindOps
+}
+
+// NewSemaphore returns a semaphore of permits permits per key over rdb (fewer than 1 counts
+// as 1). opts are a Client's: Lease, DisableWatchdog, Wait, CallTimeout, KeyPrefix, Logger,
+// Hooks (Acquired with token 0) and Spin apply. It never fails.
+func NewSemaphore(rdb redis.UniversalClient, permits int, opts *Options) *Semaphore {
+	s := &Semaphore{c: New(rdb, opts), permits: max(permits, 1)}
+	s.ops = &kindOps{release: s.release, forget: s.forget, ttl: s.ttl, renew: s.renew}
+	return s
+}
+
+// Permits returns N, the number of permits per key.
+func (s *Semaphore) Permits() int { return s.permits }
+
+// Acquire returns a permit of key, waiting while all N are held, until one is free, ctx
+// ends, or the wait limit (Options.Wait, WithWait) passes; WithFloor is ignored. It returns
+// ErrNotObtained when the wait ended (joined with ctx.Err() when ctx ended it), ErrClosed
+// after Close, and any other error when Redis failed. A permit taken by a call whose reply
+// was lost (ctx ended mid-call) is given back before Acquire returns.
+func (s *Semaphore) Acquire(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
+	return s.acquire(ctx, key, s.c.obtainConfigFor(true, opts).wait)
+}
+
+// TryAcquire is Acquire without waiting: one attempt. It returns ErrNotObtained if all N
+// permits are held, ErrClosed after Close, and a Redis error otherwise.
+func (s *Semaphore) TryAcquire(ctx context.Context, key string) (*Lock, error) {
+	return s.acquire(ctx, key, 0)
+}
+
+// Close stops the subscription goroutine of the semaphore's waiters. Held permits are not
+// released. It always returns nil.
+func (s *Semaphore) Close() error { return s.c.Close() }
+
+func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration) (*Lock, error) {
+	k := s.keysFor(key)
+	id := newOwner()
+	start := time.Now()
+	return s.c.obtainKind(ctx, k.channel, limit, func(ctx context.Context) (*Lock, time.Duration, error) {
+		cctx, cancel := context.WithTimeout(ctx, s.c.callTimeout)
+		defer cancel()
+		sent := time.Now()
+		res, err := semAcquireScript.Run(cctx, s.c.rdb, semKeys(k), id, s.c.lease.Milliseconds(),
+			strconv.Itoa(s.permits)).Int64Slice()
+		if err != nil {
+			return nil, 0, s.c.attemptFailed(ctx, err, fmt.Sprintf("acquire permit %q", key),
+				func(ctx context.Context) { _, _ = s.releaseID(ctx, k, id) })
+		}
+		if len(res) != 2 {
+			return nil, 0, fmt.Errorf("locking: acquire permit %q: unexpected reply %v", key, res)
+		}
+		if res[0] != 1 {
+			return nil, time.Duration(res[1]) * time.Millisecond, nil
+		}
+		return s.c.newHold(k, id, 0, s.ops, sent, start), 0, nil
+	})
+}
+
+// keysFor returns the semaphore's names for key: hash is the permits set, fence the order
+// set (there is no fencing counter), channel the release channel.
+func (s *Semaphore) keysFor(key string) keys {
+	p := s.c.prefix + "{" + key + "}:sem"
+	return keys{name: key, hash: p, fence: p + ":order", channel: p + ":released"}
+}
+
+func semKeys(k keys) []string { return []string{k.hash, k.fence, k.hash + ":counter"} }
+
+func (s *Semaphore) releaseID(ctx context.Context, k keys, id string) (int64, error) {
+	return semReleaseScript.Run(ctx, s.c.rdb, []string{k.hash, k.fence}, id, k.channel).Int64()
+}
+
+func (s *Semaphore) release(ctx context.Context, h *hold, _ bool) (int64, error) {
+	return s.releaseID(ctx, h.k, h.owner)
+}
+
+func (s *Semaphore) forget(ctx context.Context, h *hold) {
+	cctx, cancel := s.c.bestEffort(ctx)
+	defer cancel()
+	_, _ = s.releaseID(cctx, h.k, h.owner)
+}
+
+func (s *Semaphore) ttl(ctx context.Context, h *hold) (time.Duration, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.c.callTimeout)
+	defer cancel()
+	ms, err := semTTLScript.Run(cctx, s.c.rdb, []string{h.k.hash}, h.owner).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("locking: ttl of permit %q: %w", h.k.name, err)
+	}
+	if ms < 0 {
+		return 0, ErrNotHeld
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func (s *Semaphore) renew(ctx context.Context, h *hold) (bool, error) {
+	n, err := semRenewScript.Run(ctx, s.c.rdb, semKeys(h.k), h.owner, s.c.lease.Milliseconds()).Int64()
+	return n == 1, err
+}
