@@ -11,12 +11,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
 	"github.com/stockguard/stockguard/models"
 )
 
@@ -38,12 +41,18 @@ type env struct {
 	srv     *httptest.Server
 	metrics *handlers.Metrics
 	locks   *handlers.LockSet
+
+	lockClient *locking.Client // nil without redis
 }
+
+// lockKeyPrefix is the prefix main gives the lock client.
+const lockKeyPrefix = "stockguard:lock:"
 
 type envOptions struct {
 	demo            bool
-	locker          inventory.Locker // nil: lock strategies answer unavailable
-	defaultStrategy string
+	redis           *redistest.Server // nil: no lock (the lock strategies answer unavailable)
+	lockWait        time.Duration     // the lock client's Wait; 0 means its default
+	defaultStrategy string            // "" means guard without redis, lock+guard with it
 }
 
 // newEnv starts a storefront; the default strategy is guard unless opts says otherwise.
@@ -53,15 +62,28 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	db, err := models.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = models.Close(db) })
-	if opts.defaultStrategy == "" {
-		opts.defaultStrategy = inventory.StrategyGuard
+	e := &env{t: t, locks: &handlers.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
+	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard}
+	if opts.redis != nil {
+		rdb := opts.redis.Client(t)
+		e.lockClient = locking.New(rdb, &locking.Options{
+			KeyPrefix: lockKeyPrefix,
+			Wait:      opts.lockWait,
+			Hooks:     handlers.JoinHooks(e.metrics.LockHooks(), e.locks.Hooks()),
+		})
+		t.Cleanup(func() { _ = e.lockClient.Close() })
+		cfg.Locker = inventory.NewLocker(e.lockClient)
+		cfg.Ping = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+		cfg.Default = inventory.StrategyLockGuard
 	}
-	svc, err := inventory.NewService(inventory.Config{DB: db, Locker: opts.locker, Default: opts.defaultStrategy})
+	if opts.defaultStrategy != "" {
+		cfg.Default = opts.defaultStrategy
+	}
+	opts.defaultStrategy = cfg.Default
+	svc, err := inventory.NewService(cfg)
 	require.NoError(t, err)
 	require.NoError(t, svc.Reset(ctx, testCatalogue))
-
-	e := &env{t: t, svc: svc, wrap: &faultService{Service: svc}, locks: &handlers.LockSet{}}
-	e.metrics = handlers.NewMetrics(prometheus.NewRegistry())
+	e.svc, e.wrap = svc, &faultService{Service: svc}
 	h := handlers.New(handlers.Config{
 		Service:         e.wrap,
 		AdminToken:      testToken,

@@ -1,0 +1,123 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
+)
+
+// These tests run the default lock+guard strategy through HTTP with a real redis-server.
+
+func TestConcurrentPurchasesWithRealLock(t *testing.T) {
+	e := newEnv(t, envOptions{redis: redistest.Start(t), demo: true})
+	const buyers = 30
+	var wg sync.WaitGroup
+	codes := make(chan int, buyers)
+	for i := 0; i < buyers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", e.srv.URL+"/api/items/1/purchase", strings.NewReader(`{"quantity":1}`))
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("buyer-%d", i))
+			req.Header.Set("X-Simulated-Work", "2ms")
+			codes <- e.send(req).status
+		}(i)
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	assert.Equal(t, map[int]int{http.StatusCreated: 10, http.StatusConflict: 20}, count)
+
+	var stats []inventory.ItemStats
+	decode(t, e.do("GET", "/api/stats", ""), &stats)
+	assert.Equal(t, 0, stats[0].Stock)
+	assert.Equal(t, 10, stats[0].SoldUnits)
+	assert.Equal(t, 0, stats[0].OversoldUnits)
+
+	metrics := string(e.do("GET", "/metrics", "").body)
+	assert.Contains(t, metrics, `stockguard_purchases_total{result="created",strategy="lock+guard"} 10`)
+	assert.Contains(t, metrics, `stockguard_item_stock{item_id="1",sku="T-1"} 0`)
+	assert.NotContains(t, metrics, "stockguard_lock_wait_seconds_count 0")
+}
+
+func TestLockTimeoutThroughHTTP(t *testing.T) {
+	rs := redistest.Start(t)
+	e := newEnv(t, envOptions{redis: rs, lockWait: 200 * time.Millisecond})
+
+	// Another process holds item 3's lock.
+	other := locking.New(rs.Client(t), &locking.Options{KeyPrefix: lockKeyPrefix})
+	t.Cleanup(func() { _ = other.Close() })
+	held, err := other.Obtain(context.Background(), "item:3")
+	require.NoError(t, err)
+
+	start := time.Now()
+	a := e.do("POST", "/api/items/3/purchase", `{"quantity":1}`)
+	assert.Equal(t, http.StatusServiceUnavailable, a.status, "body %s", a.body)
+	assert.Equal(t, "lock_timeout", a.errorCode())
+	assert.Equal(t, "1", a.header.Get("Retry-After"))
+	assert.Less(t, time.Since(start), 3*time.Second)
+
+	require.NoError(t, held.Release(context.Background()))
+	a = e.do("POST", "/api/items/3/purchase", `{"quantity":1}`)
+	assert.Equal(t, http.StatusCreated, a.status, "body %s", a.body)
+}
+
+func TestRedisDownThroughHTTP(t *testing.T) {
+	rs := redistest.Start(t)
+	e := newEnv(t, envOptions{redis: rs})
+	require.Equal(t, http.StatusCreated, e.do("POST", "/api/items/1/purchase", `{"quantity":1}`).status)
+	rs.Stop()
+
+	start := time.Now()
+	a := e.do("POST", "/api/items/1/purchase", `{"quantity":1}`)
+	assert.Equal(t, http.StatusServiceUnavailable, a.status, "body %s", a.body)
+	assert.Equal(t, "unavailable", a.errorCode())
+	assert.Equal(t, "1", a.header.Get("Retry-After"))
+	assert.Less(t, time.Since(start), 5*time.Second, "Redis down answers quickly")
+
+	a = e.do("GET", "/readyz", "")
+	assert.Equal(t, http.StatusServiceUnavailable, a.status)
+	// The catalogue does not need Redis.
+	assert.Equal(t, http.StatusOK, e.do("GET", "/api/items", "").status)
+}
+
+func TestDebugLocksShowsTheHolder(t *testing.T) {
+	e := newEnv(t, envOptions{redis: redistest.Start(t), demo: true})
+	done := make(chan answer, 1)
+	go func() {
+		done <- e.do("POST", "/api/items/2/purchase", `{"quantity":1}`, "X-Simulated-Work: 400ms")
+	}()
+	var body struct {
+		Locks []struct {
+			Key   string `json:"key"`
+			Token int64  `json:"token"`
+		} `json:"locks"`
+	}
+	require.Eventually(t, func() bool {
+		decode(t, e.do("GET", "/api/debug/locks", ""), &body)
+		return len(body.Locks) == 1
+	}, 2*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "item:2", body.Locks[0].Key)
+
+	a := <-done
+	require.Equal(t, http.StatusCreated, a.status)
+	var r inventory.Receipt
+	decode(t, a, &r)
+	assert.Equal(t, r.FenceToken, body.Locks[0].Token)
+	decode(t, e.do("GET", "/api/debug/locks", ""), &body)
+	assert.Empty(t, body.Locks, "released")
+}
