@@ -33,7 +33,7 @@ type Config struct {
 	Rate        float64       // open model: purchases per second; 0 = closed model
 	Quantity    int           // max units per purchase (uniform 1..Quantity)
 	Hot         float64       // share of purchases on the first item
-	Retry       float64       // share of purchases sent twice with the same Idempotency-Key
+	Retry       float64       // share of purchases sent twice with the same Idempotency-Key (half at once)
 	Work        time.Duration // X-Simulated-Work of every purchase
 	Chaos       string        // "" or "pause"
 	Lease       time.Duration // --lock-lease of the instances in chaos mode
@@ -76,7 +76,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&c.Rate, "rate", 0, "open model: purchases per second at a fixed arrival rate (0 = closed model)")
 	fs.IntVar(&c.Quantity, "quantity", 1, "max units per purchase (each asks for 1..quantity)")
 	fs.Float64Var(&c.Hot, "hot", 0.8, "share of purchases on the first (hot) item, 0..1")
-	fs.Float64Var(&c.Retry, "retry", 0.05, "share of purchases sent twice with the same Idempotency-Key, 0..1")
+	fs.Float64Var(&c.Retry, "retry", 0.05, "share of purchases sent twice with the same Idempotency-Key (half of them both at once), 0..1")
 	fs.DurationVar(&c.Work, "work", 20*time.Millisecond, "simulated slow work per purchase (X-Simulated-Work, at most 1s)")
 	fs.StringVar(&c.Chaos, "chaos", "", `"pause": SIGSTOP the instance holding the hot item's lock for 3x the lease, during each strategy's run`)
 	fs.DurationVar(&c.Lease, "lease", time.Second, "chaos mode: --lock-lease of the instances")

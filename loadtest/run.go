@@ -73,6 +73,9 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 		return nil, fmt.Errorf("target %s: GET /api/debug/locks: %w", apis[0].base, err)
 	}
 	rep.Demo = demo
+	if !demo {
+		rep.Config.WorkMS = 0 // X-Simulated-Work is refused outside demo mode: none is sent
+	}
 	strategies := cfg.Strategies
 	if !demo {
 		logf(logw, "the targets are not in demo mode: running only their own strategy, without simulated work")

@@ -98,18 +98,35 @@ func (w *workload) next(rng *rand.Rand, seq, instance int) spec {
 	return s
 }
 
-// execute sends one purchase (twice with -retry: the copy goes to the next instance, as a
-// client retrying through a load balancer would) and records it.
+// execute sends one purchase and records it. With -retry it is sent twice, the copy to the next
+// instance as a client retrying through a load balancer would: for even purchase numbers both
+// at once (two requests in flight with one key), for odd ones one after the other.
 func (w *workload) execute(ctx context.Context, s spec) *purchase {
 	p := &purchase{Key: fmt.Sprintf("%s-%d", w.keyBase, s.seq), ItemID: s.itemID, Quantity: s.quantity, Instance: s.instance}
 	req := purchaseReq{ItemID: s.itemID, Quantity: s.quantity, Key: p.Key, Strategy: w.strategy, Work: w.work}
-	r := w.apis[s.instance].purchase(ctx, req)
-	w.record(r)
-	p.Attempts = append(p.Attempts, r)
-	if s.retry && ctx.Err() == nil {
-		r2 := w.apis[(s.instance+1)%len(w.apis)].purchase(ctx, req)
-		w.record(r2)
-		p.Attempts = append(p.Attempts, r2)
+	other := w.apis[(s.instance+1)%len(w.apis)]
+	switch {
+	case s.retry && s.seq%2 == 0:
+		var copyRes purchaseResult
+		done := make(chan struct{})
+		go func() { // owner: execute, which waits on done
+			defer close(done)
+			copyRes = other.purchase(ctx, req)
+		}()
+		r := w.apis[s.instance].purchase(ctx, req)
+		<-done
+		p.Attempts = append(p.Attempts, r, copyRes)
+	case s.retry:
+		r := w.apis[s.instance].purchase(ctx, req)
+		p.Attempts = append(p.Attempts, r)
+		if ctx.Err() == nil {
+			p.Attempts = append(p.Attempts, other.purchase(ctx, req))
+		}
+	default:
+		p.Attempts = append(p.Attempts, w.apis[s.instance].purchase(ctx, req))
+	}
+	for _, r := range p.Attempts {
+		w.record(r)
 	}
 	w.done.Add(1)
 	return p
