@@ -1,0 +1,155 @@
+package locking
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The fair scripts include the core scripts (acquire.lua, release.lua) textually at their
+// "--#include" line, so that the lock itself is taken and released by the same code.
+var (
+	//go:embed fair_acquire.lua
+	fairAcquireLua    string
+	fairAcquireScript = redis.NewScript(include(fairAcquireLua, "acquire.lua", acquireLua))
+
+	//go:embed fair_release.lua
+	fairReleaseLua    string
+	fairReleaseScript = redis.NewScript(include(fairReleaseLua, "release.lua", releaseLua))
+)
+
+func include(script, name, body string) string {
+	line := "--#include " + name
+	if !strings.Contains(script, line) {
+		panic("locking: script lacks " + line)
+	}
+	return strings.Replace(script, line, body, 1)
+}
+
+// ObtainFair returns the lock on key as Obtain does, but waiters are served in arrival
+// order: a waiter joins a queue in Redis (a list of owners plus a sorted set of their
+// timeouts, as Redisson's fair lock), the lock goes to the head of the queue when free, and
+// a release wakes the head only (one channel per waiter, no thundering herd). A waiter keeps
+// its place by refreshing it every QueueTimeout/3; one that vanishes (crash, partition) is
+// dropped QueueTimeout after its last refresh, and one that gives up (ctx, wait limit)
+// leaves the queue at once, so neither blocks those behind it for long.
+//
+// The lock is the same as Obtain's (same hash, fencing counter, tokens, lease, watchdog,
+// re-entry under Lock.Context): ObtainFair and Obtain exclude each other on one key, but
+// Obtain does not queue, so it can overtake fair waiters; use one or the other per key.
+// Redis layout, in addition to the lock's: P{K}:queue (list), P{K}:queue:timeouts (sorted
+// set), and the channels P{K}:turn:<owner>.
+//
+// It returns what Obtain returns: ErrNotObtained when the wait ended (joined with ctx.Err()
+// when ctx ended it), ErrClosed after Close, and any other error when Redis failed.
+func (c *Client) ObtainFair(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
+	return c.obtainFair(ctx, key, true, opts)
+}
+
+// TryObtainFair is ObtainFair without waiting: one attempt, which succeeds only when the lock
+// is free and nobody is queued for it, and never joins the queue. It returns ErrNotObtained
+// otherwise, ErrClosed after Close, and a Redis error when Redis failed.
+func (c *Client) TryObtainFair(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
+	return c.obtainFair(ctx, key, false, opts)
+}
+
+// fairKeys are the queue's names of k; turn + owner is a waiter's channel.
+type fairKeys struct{ queue, timeouts, turn string }
+
+func (k keys) fair() fairKeys {
+	return fairKeys{queue: k.hash + ":queue", timeouts: k.hash + ":queue:timeouts", turn: k.hash + ":turn:"}
+}
+
+func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
+	if h := heldIn(ctx, c, key); h != nil && ctx.Err() == nil && !c.notify.isClosed() {
+		return h.reenter(ctx)
+	}
+	cfg := c.obtainConfigFor(wait, opts)
+	k := c.keysFor(key)
+	fk := k.fair()
+	owner := newOwner()
+	try := "0"
+	if cfg.wait == 0 {
+		try = "1"
+	}
+	timeout := c.queueTimeout()
+	ops := &kindOps{release: c.fairRelease, forget: c.fairForget}
+	start := time.Now()
+	l, err := c.obtainKind(ctx, fk.turn+owner, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
+		cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+		defer cancel()
+		sent := time.Now()
+		res, err := fairAcquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence, fk.queue, fk.timeouts},
+			owner, c.lease.Milliseconds(), strconv.FormatInt(cfg.floor, 10), "0", try,
+			timeout.Milliseconds(), fk.turn).Int64Slice()
+		if err != nil {
+			return nil, 0, c.attemptFailed(ctx, err, fmt.Sprintf("obtain %q", key),
+				func(ctx context.Context) { _, _ = c.fairScript(ctx, k, owner, true, true) })
+		}
+		if len(res) != 2 {
+			return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", key, res)
+		}
+		if res[0] != 1 {
+			// Come back before the place lapses, even if nobody wakes us.
+			return nil, min(time.Duration(res[1])*time.Millisecond, timeout/3), nil
+		}
+		return c.newHold(k, owner, res[1], ops, sent, start), 0, nil
+	})
+	if cfg.wait != 0 {
+		if err != nil { // leave the queue at once, and let the next waiter in
+			cctx, cancel := c.bestEffort(ctx)
+			_, _ = c.fairScript(cctx, k, owner, true, true)
+			cancel()
+		}
+		c.notify.drop(fk.turn + owner)
+	}
+	return l, err
+}
+
+// fairScript runs fair_release.lua for owner: release one hold (all: every hold), or leave
+// the queue.
+func (c *Client) fairScript(ctx context.Context, k keys, owner string, all, leave bool) (int64, error) {
+	fk := k.fair()
+	return fairReleaseScript.Run(ctx, c.rdb, []string{k.hash, fk.queue, fk.timeouts},
+		owner, k.channel, flag(all), fk.turn, flag(leave)).Int64()
+}
+
+func (c *Client) fairRelease(ctx context.Context, h *hold, _ bool) (int64, error) {
+	return c.fairScript(ctx, h.k, h.owner, false, false)
+}
+
+func (c *Client) fairForget(ctx context.Context, h *hold) {
+	cctx, cancel := c.bestEffort(ctx)
+	defer cancel()
+	_, _ = c.fairScript(cctx, h.k, h.owner, true, false)
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// drop unsubscribes channel at once if nobody waits on it: for a fair waiter's own channel,
+// which no later waiter uses (the idle sweep would keep it for a while, and under steady
+// traffic for good).
+func (n *notifier) drop(channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.channels[channel]
+	if st == nil || len(st.waiters) > 0 || n.ps == nil {
+		return
+	}
+	delete(n.channels, channel)
+	ctx, cancel := context.WithTimeout(context.Background(), n.callTimeout)
+	defer cancel()
+	if err := n.ps.Unsubscribe(ctx, channel); err != nil {
+		n.log.Debug("locking: unsubscribe failed", "channel", channel, "err", err)
+	}
+}

@@ -1,0 +1,218 @@
+package locking
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// queueLen returns the number of fair waiters queued for key.
+func queueLen(t *testing.T, c *Client, key string) int64 {
+	t.Helper()
+	n, err := c.rdb.LLen(context.Background(), c.keysFor(key).fair().queue).Result()
+	require.NoError(t, err)
+	return n
+}
+
+// waitQueued waits until n fair waiters are queued for key.
+func waitQueued(t *testing.T, c *Client, key string, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return queueLen(t, c, key) == n }, 5*time.Second, time.Millisecond,
+		"%d waiters queued", n)
+}
+
+func TestFairArrivalOrder(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, nil)
+	ctx := ctxT(t, 20*time.Second)
+	key := uniqueKey(t)
+
+	first, err := c.ObtainFair(ctx, key)
+	require.NoError(t, err)
+	const waiters = 20
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.ObtainFair(ctx, key)
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			assert.NoError(t, l.Release(ctx))
+		}()
+		waitQueued(t, c, key, int64(i+1)) // arrival order is queue order
+	}
+	// Newcomers while the queue is non-empty do not overtake it, even when the lock is free.
+	_, err = c.TryObtainFair(ctx, key)
+	assert.ErrorIs(t, err, ErrNotObtained)
+	messagesBefore := c.notify.messages.Load()
+	require.NoError(t, first.Release(ctx))
+	wg.Wait()
+
+	want := make([]int, waiters)
+	for i := range want {
+		want[i] = i
+	}
+	assert.Equal(t, want, order, "served in arrival order")
+	assert.Zero(t, queueLen(t, c, key))
+	// One message per handoff, to the head only: a broadcast would deliver 20+19+...+1.
+	assert.LessOrEqual(t, c.notify.messages.Load()-messagesBefore, int64(waiters+2))
+	c.notify.mu.Lock()
+	for ch := range c.notify.channels {
+		assert.NotContains(t, ch, ":turn:", "a waiter's channel outlived its wait")
+	}
+	c.notify.mu.Unlock()
+}
+
+func TestFairWaiterThatGivesUpDoesNotBlock(t *testing.T) {
+	c := newClient(t, nil, nil)
+	ctx := ctxT(t, 10*time.Second)
+	key := uniqueKey(t)
+
+	holder, err := c.ObtainFair(ctx, key)
+	require.NoError(t, err)
+	quitter, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := c.ObtainFair(quitter, key)
+		gaveUp <- err
+	}()
+	waitQueued(t, c, key, 1)
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := c.ObtainFair(ctx, key)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	waitQueued(t, c, key, 2)
+
+	cancel()
+	err = <-gaveUp
+	assert.ErrorIs(t, err, ErrNotObtained)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.EqualValues(t, 1, queueLen(t, c, key), "the quitter left the queue")
+
+	released := time.Now()
+	require.NoError(t, holder.Release(ctx))
+	select {
+	case l := <-got:
+		assert.Less(t, time.Since(released), time.Second, "woken by the release, not by a timeout")
+		assert.Greater(t, l.Token(), holder.Token())
+		require.NoError(t, l.Release(ctx))
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter behind the quitter did not get the lock")
+	}
+}
+
+func TestFairVanishedWaiterIsDropped(t *testing.T) {
+	const queueTimeout = 400 * time.Millisecond
+	c := newClient(t, nil, &Options{QueueTimeout: queueTimeout, CallTimeout: 50 * time.Millisecond})
+	ctx := ctxT(t, 10*time.Second)
+	key := uniqueKey(t)
+	fk := c.keysFor(key).fair()
+
+	// A waiter queued, then crashed: it never refreshes its place.
+	now, err := c.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, c.rdb.RPush(ctx, fk.queue, "ghost").Err())
+	require.NoError(t, c.rdb.ZAdd(ctx, fk.timeouts, redis.Z{Score: float64(now.Add(queueTimeout).UnixMilli()), Member: "ghost"}).Err())
+
+	start := time.Now()
+	l, err := c.ObtainFair(ctx, key)
+	require.NoError(t, err)
+	waited := time.Since(start)
+	assert.Greater(t, waited, queueTimeout/2, "the ghost had its turn first")
+	assert.Less(t, waited, queueTimeout+time.Second, "then it was dropped")
+	assert.Zero(t, queueLen(t, c, key))
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestFairReentryFencingAndLoss(t *testing.T) {
+	c := newClient(t, nil, &Options{Lease: time.Second})
+	ctx := ctxT(t, 10*time.Second)
+	key := uniqueKey(t)
+
+	outer, err := c.ObtainFair(ctx, key, WithFloor(1000))
+	require.NoError(t, err)
+	assert.EqualValues(t, 1001, outer.Token(), "the floor applies")
+	inner, err := c.ObtainFair(outer.Context(ctx), key)
+	require.NoError(t, err)
+	assert.Equal(t, outer.Token(), inner.Token(), "re-entry keeps the token")
+	require.NoError(t, inner.Release(ctx))
+	_, err = c.TryObtainFair(ctx, key)
+	assert.ErrorIs(t, err, ErrNotObtained, "still held after the inner release")
+	ttl, err := outer.TTL(ctx)
+	require.NoError(t, err)
+	assert.Positive(t, ttl)
+	require.NoError(t, outer.Release(ctx))
+
+	next, err := c.TryObtainFair(ctx, key)
+	require.NoError(t, err)
+	assert.Greater(t, next.Token(), outer.Token())
+	require.NoError(t, c.rdb.Del(ctx, c.keysFor(key).hash).Err()) // the lock vanishes
+	select {
+	case <-next.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("loss not signalled")
+	}
+	assert.ErrorIs(t, next.Err(), ErrLost)
+	assert.ErrorIs(t, next.Release(ctx), ErrNotHeld)
+}
+
+func TestFairMutualExclusion(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, &Options{Lease: 5 * time.Second})
+	ctx := ctxT(t, 20*time.Second)
+	key := uniqueKey(t)
+	var (
+		mu     sync.Mutex
+		inside int
+		last   int64
+		wg     sync.WaitGroup
+	)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 4 {
+				l, err := c.ObtainFair(ctx, key)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				inside++
+				assert.Equal(t, 1, inside, "two holders at once")
+				assert.Greater(t, l.Token(), last)
+				last = l.Token()
+				mu.Unlock()
+				time.Sleep(100 * time.Microsecond)
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				assert.NoError(t, l.Release(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, queueLen(t, c, key))
+}
+
+func TestIncludeScripts(t *testing.T) {
+	assert.NotContains(t, include(fairAcquireLua, "acquire.lua", acquireLua), "--#include")
+	assert.Equal(t, "a\nX\nb", include("a\n--#include x\nb", "x", "X"))
+	assert.Panics(t, func() { include("no line", "x", "X") })
+}
