@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +68,7 @@ type outcome struct {
 	units    int
 	errs     map[string]int
 	samples  map[string]string // one full message per kind, for failure reports
+	retried  atomic.Int64      // purchases retried after ErrUnavailable
 	receipts []inventory.Receipt
 }
 
@@ -125,9 +127,15 @@ func burstWith(t testing.TB, services []*inventory.Service, strategy string, ite
 			defer wg.Done()
 			q := i%3 + 1
 			<-start
-			rec, err := services[i%len(services)].Purchase(ctx, inventory.PurchaseRequest{
-				ItemID: itemID, Quantity: q, Strategy: strategy, Work: work(i),
-			})
+			req := inventory.PurchaseRequest{ItemID: itemID, Quantity: q, Strategy: strategy, Work: work(i)}
+			rec, err := services[i%len(services)].Purchase(ctx, req)
+			// A client retries a 503 unavailable: on a loaded machine a lock with a short lease
+			// (hence a call timeout of a few ms) can time out its Redis call.
+			for retry := 0; retry < 5 && errors.Is(err, inventory.ErrUnavailable); retry++ {
+				o.retried.Add(1)
+				time.Sleep(20 * time.Millisecond)
+				rec, err = services[i%len(services)].Purchase(ctx, req)
+			}
 			o.add(rec, err, q)
 		}(i)
 	}
@@ -164,3 +172,17 @@ func assertSafe(t testing.TB, s *inventory.Service, itemID int64, o *outcome) {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// purchase is Service.Purchase retried, like a client retrying a 503, while it answers
+// ErrUnavailable (a short lease's Redis call timing out on a loaded machine). It also returns
+// how long the last attempt took.
+func purchase(s *inventory.Service, ctx context.Context, req inventory.PurchaseRequest) (inventory.Receipt, time.Duration, error) {
+	for retry := 0; ; retry++ {
+		start := time.Now()
+		rec, err := s.Purchase(ctx, req)
+		if retry == 5 || !errors.Is(err, inventory.ErrUnavailable) {
+			return rec, time.Since(start), err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -128,11 +128,13 @@ func TestLockGuardSafeAcrossProcesses(t *testing.T) {
 // fence check refuses the older holder's write. This is the lesson of the fence.
 func TestExpiredLockMidPurchase(t *testing.T) {
 	srv := redistest.Start(t)
-	opts := locking.Options{Lease: 100 * time.Millisecond, DisableWatchdog: true}
+	// The lock caps its Redis call timeout at a quarter of the lease: 150ms leaves 37ms, enough
+	// on a loaded CI machine.
+	opts := locking.Options{Lease: 150 * time.Millisecond, DisableWatchdog: true}
 	// Slow and fast purchases alternate, so that a newer holder often writes before an older one.
 	work := func(i int) time.Duration {
 		if i%2 == 0 {
-			return 250 * time.Millisecond
+			return 400 * time.Millisecond
 		}
 		return 5 * time.Millisecond
 	}
@@ -145,7 +147,7 @@ func TestExpiredLockMidPurchase(t *testing.T) {
 		o := burstWith(t, []*inventory.Service{s}, inventory.StrategyLock, id, n, work)
 		st := statsOf(t, s, id)
 		assert.Positive(t, st.OversoldUnits, "an expired lock lets two holders sell the same units")
-		t.Logf("lock: %d ok, sold %d of %d, oversold %d, errors %v %v", o.ok, st.SoldUnits, st.InitialStock, st.OversoldUnits, o.errs, o.samples)
+		t.Logf("lock: %d ok, sold %d of %d, oversold %d, errors %v %v, retried %d", o.ok, st.SoldUnits, st.InitialStock, st.OversoldUnits, o.errs, o.samples, o.retried.Load())
 	})
 	for name, wrap := range map[string]func(inventory.Locker) inventory.Locker{
 		"lock+guard safe, holder oblivious": oblivious,
@@ -158,7 +160,7 @@ func TestExpiredLockMidPurchase(t *testing.T) {
 			o := burstWith(t, []*inventory.Service{s}, inventory.StrategyLockGuard, id, n, work)
 			assertSafe(t, s, id, o)
 			assertFenceOrder(t, ordersOf(t, s, id))
-			t.Logf("%s: %d ok, %d units, errors %v", name, o.ok, o.units, o.errs)
+			t.Logf("%s: %d ok, %d units, errors %v, retried %d", name, o.ok, o.units, o.errs, o.retried.Load())
 		})
 	}
 }
@@ -168,23 +170,26 @@ func TestExpiredLockMidPurchase(t *testing.T) {
 // A's stale write, retries with a new token and records both purchases.
 func TestStaleHolderWritesAfterNewerOne(t *testing.T) {
 	srv := redistest.Start(t)
-	opts := locking.Options{Lease: 80 * time.Millisecond, DisableWatchdog: true}
+	opts := locking.Options{Lease: 200 * time.Millisecond, DisableWatchdog: true}
 	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
 		t.Run(name, func(t *testing.T) {
 			db, _ := openDB(t)
 			s, _ := lockService(t, db, srv, opts, oblivious)
 			id := resetItems(t, s, 10)[0]
 			ctx := t.Context()
+			rdb := srv.Client(t)
 
 			slow := make(chan error, 1)
 			var slowRec inventory.Receipt
 			go func() {
 				var err error
-				slowRec, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name, Work: 300 * time.Millisecond})
+				slowRec, _, err = purchase(s, ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name, Work: 700 * time.Millisecond})
 				slow <- err
 			}()
-			time.Sleep(20 * time.Millisecond) // A holds the lock
-			fast, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: name})
+			require.Eventually(t, func() bool { // A holds the lock
+				return rdb.Exists(ctx, lockPrefix+"{item:"+itoa(id)+"}").Val() == 1
+			}, 5*time.Second, time.Millisecond)
+			fast, _, err := purchase(s, ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: name})
 			require.NoError(t, err, "B gets the lock once A's lease ran out")
 			require.NoError(t, <-slow)
 
@@ -301,14 +306,13 @@ func TestLockWaitExhaustedIsLockTimeout(t *testing.T) {
 func TestLostLockRetriedThenLockLost(t *testing.T) {
 	srv := redistest.Start(t)
 	db, _ := openDB(t)
-	// Every lock is lost about 60ms into the purchase's 300ms of work.
-	s, _ := lockService(t, db, srv, locking.Options{Lease: 60 * time.Millisecond, DisableWatchdog: true}, nil)
+	// Every lock is lost about 200ms into the purchase's 1s of work.
+	s, _ := lockService(t, db, srv, locking.Options{Lease: 200 * time.Millisecond, DisableWatchdog: true}, nil)
 	id := resetItems(t, s, 10)[0]
 	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
-		start := time.Now()
-		_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name, Work: 300 * time.Millisecond})
+		_, took, err := purchase(s, t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name, Work: time.Second})
 		assert.ErrorIs(t, err, inventory.ErrLockLost, name)
-		assert.Less(t, time.Since(start), 450*time.Millisecond, "%s: two attempts, each cut short by the loss", name)
+		assert.Less(t, took, 900*time.Millisecond, "%s: two attempts, each cut short by the loss", name)
 	}
 	assert.Equal(t, 10, statsOf(t, s, id).Stock, "nothing written")
 	assert.Empty(t, ordersOf(t, s, id))

@@ -340,7 +340,7 @@ func TestDatabaseClosedIsUnavailable(t *testing.T) {
 func TestDatabaseBusyRetriedOnceThenUnavailable(t *testing.T) {
 	ctx := t.Context()
 	_, path := openDB(t)
-	db, err := models.Open(ctx, path, models.WithBusyTimeout(100*time.Millisecond))
+	db, err := models.Open(ctx, path, models.WithBusyTimeout(200*time.Millisecond))
 	require.NoError(t, err)
 	defer models.Close(db)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
@@ -359,18 +359,18 @@ func TestDatabaseBusyRetriedOnceThenUnavailable(t *testing.T) {
 		return done
 	}
 
-	// Held for 150ms: the first attempt gives up at 100ms, the retry gets the lock.
-	done := holdWriteLock(150 * time.Millisecond)
+	// Held for 300ms: the first attempt gives up at 200ms, the retry gets the lock.
+	done := holdWriteLock(300 * time.Millisecond)
 	_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1})
 	assert.NoError(t, err)
 	<-done
 
-	// Held for 1s: both attempts give up.
-	done = holdWriteLock(time.Second)
+	// Held for 3s: both attempts give up, long before.
+	done = holdWriteLock(3 * time.Second)
 	start := time.Now()
 	_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1})
 	assert.ErrorIs(t, err, inventory.ErrUnavailable)
-	assert.Less(t, time.Since(start), 800*time.Millisecond)
+	assert.Less(t, time.Since(start), 2500*time.Millisecond)
 	<-done
 	assert.Equal(t, 1, statsOf(t, s, id).SoldUnits)
 }
