@@ -35,6 +35,10 @@ const lockKeyPrefix = "stockguard:lock:"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // the first signal starts the graceful shutdown; a second one kills at once
+	}()
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	stop()
 	os.Exit(code)
