@@ -171,7 +171,11 @@ func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64)
 				if n >= limit {
 					break
 				}
-				mine = append(mine, w.execute(ctx, w.next(rng, n, i%len(w.apis))))
+				inst := i % len(w.apis)
+				if w.cfg.Concurrency < len(w.apis) { // fewer workers than instances: rotate
+					inst = n % len(w.apis)
+				}
+				mine = append(mine, w.execute(ctx, w.next(rng, n, inst)))
 			}
 			w.resMu.Lock()
 			w.results = append(w.results, mine...)
