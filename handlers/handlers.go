@@ -1,6 +1,22 @@
 // Package handlers is the HTTP face of the storefront: a Gin engine that parses requests,
 // calls the inventory service and renders its answers, and maps every error to one status
 // code and the JSON error shape of DESIGN.md. It knows nothing of SQL or Redis.
+//
+// Routes:
+//
+//	GET  /api/items                  the catalogue
+//	GET  /api/items/:id              one item (404 not_found)
+//	POST /api/items/:id/purchase     {"quantity":N}: 201 new order, 200 idempotent replay
+//	GET  /api/orders                 ?item_id=&after_id=&limit= (ascending by id)
+//	GET  /api/stats                  sales per item, with oversold_units
+//	POST /api/admin/reset            Authorization: Bearer <token>; {"items":[...]}
+//	GET  /api/debug/locks            --demo only: the item locks this process holds
+//	GET  /healthz, /readyz, /metrics
+//
+// A path id must be a positive decimal integer: anything else is 400 invalid_request, so 404
+// always means a well-formed id that names no item. Every error, unknown routes (404) and
+// wrong methods (405) included, is {"error":{"code":"...","message":"..."}}; classify is the
+// one place that maps errors to status codes.
 package handlers
 
 import (
