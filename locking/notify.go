@@ -39,6 +39,7 @@ type notifier struct {
 	// and waits ended by a message or by the timer.
 	messages, receiveErrors      atomic.Int64
 	wokenByMessage, wokenByTimer atomic.Int64
+	sleeping                     atomic.Int64 // waiters asleep between attempts
 }
 
 type channelState struct {

@@ -53,14 +53,19 @@ func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Durati
 	for {
 		if sleep > 0 {
 			timer.Reset(sleep)
+			c.notify.sleeping.Add(1)
 			select {
 			case <-w.wake:
+				c.notify.sleeping.Add(-1)
 				c.notify.wokenByMessage.Add(1)
 			case <-timer.C:
+				c.notify.sleeping.Add(-1)
 				c.notify.wokenByTimer.Add(1)
 			case <-ctx.Done():
+				c.notify.sleeping.Add(-1)
 				return errors.Join(ErrNotObtained, ctx.Err())
 			case <-limitC:
+				c.notify.sleeping.Add(-1)
 				return ErrNotObtained
 			}
 		}

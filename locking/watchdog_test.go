@@ -50,9 +50,11 @@ func waitDone(t *testing.T, l *Lock, limit time.Duration) time.Duration {
 
 func TestWatchdogHoldsFiveLeases(t *testing.T) {
 	verifyNoLeaks(t)
-	const lease = 300 * time.Millisecond
+	const lease = 600 * time.Millisecond
 	var renewed atomic.Int64
-	c := newClient(t, nil, &Options{Lease: lease, Hooks: Hooks{Renewed: func(string) { renewed.Add(1) }}})
+	var lost lostRecorder
+	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 150 * time.Millisecond,
+		Hooks: Hooks{Renewed: func(string) { renewed.Add(1) }, Lost: lost.hook}})
 	other := newClient(t, nil, &Options{Lease: lease})
 	ctx := ctxT(t, 10*time.Second)
 	key := uniqueKey(t)
@@ -64,7 +66,8 @@ func TestWatchdogHoldsFiveLeases(t *testing.T) {
 	for time.Now().Before(end) {
 		_, err := other.TryObtain(ctx, key)
 		require.ErrorIs(t, err, ErrNotObtained)
-		require.NoError(t, l.Err())
+		errs, _ := lost.get()
+		require.NoError(t, l.Err(), "lost: %v", errs)
 		require.NoError(t, lockCtx.Err())
 		time.Sleep(lease / 5)
 	}
