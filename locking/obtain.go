@@ -41,7 +41,12 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 		return nil, ErrClosed
 	}
 	if h := heldIn(ctx, c, key); h != nil {
-		return h.reenter(ctx)
+		l, err := h.reenter(ctx)
+		if err != errHoldReleased {
+			return l, err
+		}
+		// The lock ctx carries was released (ctx was detached with context.WithoutCancel):
+		// obtain the key like anyone else.
 	}
 	cfg := obtainConfig{wait: c.wait}
 	for _, o := range opts {
@@ -138,12 +143,21 @@ func (c *Client) forget(ctx context.Context, k keys, owner string) {
 	_ = releaseScript.Run(cctx, c.rdb, []string{k.hash}, owner, k.channel, "1").Err()
 }
 
-// reenter adds a hold to h for a caller whose context carries it.
+// errHoldReleased is reenter's answer when every handle of the hold was released.
+var errHoldReleased = errors.New("locking: hold released")
+
+// reenter adds a hold to h for a caller whose context carries it. It fails with
+// ErrNotObtained joined with ErrLost if the lock was lost, and with errHoldReleased if it was
+// released.
 func (h *hold) reenter(ctx context.Context) (*Lock, error) {
 	h.mu.Lock()
-	if h.lost != nil || h.handles == 0 {
+	if h.lost != nil {
 		h.mu.Unlock()
 		return nil, errors.Join(ErrNotObtained, ErrLost)
+	}
+	if h.handles == 0 {
+		h.mu.Unlock()
+		return nil, errHoldReleased
 	}
 	l := h.newHandleLocked()
 	h.mu.Unlock()

@@ -91,3 +91,19 @@ func TestReentryOfLostLockFails(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotObtained)
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+func TestDetachedContextOfReleasedLockObtainsAnew(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, nil)
+	ctx := ctxT(t, 5*time.Second)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	detached := context.WithoutCancel(l.Context(ctx)) // carries the lock, never cancelled
+	require.NoError(t, l.Release(ctx))
+
+	l2, err := c.Obtain(detached, key)
+	require.NoError(t, err, "a released lock in the context does not block a new obtain")
+	assert.Greater(t, l2.Token(), l.Token(), "a new acquisition, not a re-entry")
+	require.NoError(t, l2.Release(ctx))
+}
