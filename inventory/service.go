@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"time"
@@ -54,7 +53,7 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("inventory: Config.DB is nil")
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleepCtx
@@ -146,15 +145,22 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 		return rec, err
 	}
 	rec, err := s.run(ctx, st, name, p)
-	if errors.Is(err, errDuplicateKey) {
-		// Another process stored an order under this key between our lookup and our write;
-		// ours was rolled back.
-		if rec, ok, err := s.replay(ctx, p); ok || err != nil {
-			return rec, err
+	if err == nil {
+		return rec, nil
+	}
+	// Another process may have stored an order under this key since our lookup: our insert
+	// then collided and was rolled back (errDuplicateKey), or that order took the last units
+	// and ours failed (sold out). Either way the key's order, if there is one, is the answer.
+	if rec, ok, rerr := s.replay(context.WithoutCancel(ctx), p); ok || rerr != nil {
+		if rerr != nil && !errors.Is(rerr, ErrIdempotencyConflict) {
+			return Receipt{}, err // the replay's own failure says nothing about the purchase
 		}
+		return rec, rerr
+	}
+	if errors.Is(err, errDuplicateKey) {
 		return Receipt{}, fmt.Errorf("inventory: idempotency key %q collided but no order holds it", p.key)
 	}
-	return rec, err
+	return Receipt{}, err
 }
 
 // replay returns the receipt of the order stored under p.key, if there is one.

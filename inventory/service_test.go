@@ -144,15 +144,19 @@ func TestFailedPurchaseWithKeyIsNotRecorded(t *testing.T) {
 
 // Two (here: twenty) concurrent requests with one key produce one order; the others wait for
 // it and replay it. Both in one process and across two processes.
+//
+// With stock == quantity, the losers across processes fail on the stock the winner took; they
+// still answer the winner's receipt.
 func TestConcurrentSameKeyOneOrder(t *testing.T) {
-	for _, processes := range []int{1, 2} {
-		t.Run(fmt.Sprintf("processes=%d", processes), func(t *testing.T) {
+	for _, tc := range []struct{ processes, stock int }{{1, 100}, {2, 100}, {1, 3}, {2, 3}} {
+		processes, stock := tc.processes, tc.stock
+		t.Run(fmt.Sprintf("processes=%d/stock=%d", processes, stock), func(t *testing.T) {
 			db, path := openDB(t)
 			services := []*inventory.Service{newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})}
 			if processes == 2 {
 				services = append(services, newService(t, inventory.Config{DB: openPath(t, path), Default: inventory.StrategyGuard}))
 			}
-			id := resetItems(t, services[0], 100)[0]
+			id := resetItems(t, services[0], stock)[0]
 
 			const n = 20
 			var (
@@ -182,7 +186,7 @@ func TestConcurrentSameKeyOneOrder(t *testing.T) {
 			fresh := 0
 			for _, r := range receipts {
 				assert.Equal(t, receipts[0].OrderID, r.OrderID)
-				assert.Equal(t, 97, r.Remaining)
+				assert.Equal(t, stock-3, r.Remaining)
 				if !r.Replayed {
 					fresh++
 				}
@@ -190,7 +194,7 @@ func TestConcurrentSameKeyOneOrder(t *testing.T) {
 			assert.Equal(t, 1, fresh, "exactly one request made the order")
 			st := statsOf(t, services[0], id)
 			assert.Equal(t, 1, st.OrderCount)
-			assert.Equal(t, 97, st.Stock, "the losers' stock updates were rolled back")
+			assert.Equal(t, stock-3, st.Stock, "the losers' stock updates were rolled back")
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"runtime"
@@ -28,17 +27,35 @@ type options struct {
 	busyTimeout  time.Duration
 }
 
-// WithLogger makes Open and GORM log through l (GORM logs only slow statements and errors).
-// Default: discard.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+// WithLogger makes Open and GORM log through l: statements slower than 1s at Warn, failed
+// statements at Debug. Default (and for nil): discard.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}
 
-// WithMaxOpenConns bounds the connection pool of a file database. Default: max(4, GOMAXPROCS).
-// An in-memory database always uses one connection.
-func WithMaxOpenConns(n int) Option { return func(o *options) { o.maxOpenConns = n } }
+// WithMaxOpenConns bounds the connection pool of a file database. Default (and for n < 1):
+// max(4, GOMAXPROCS). An in-memory database always uses one connection.
+func WithMaxOpenConns(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxOpenConns = n
+		}
+	}
+}
 
 // WithBusyTimeout sets how long a statement waits for another connection's write lock before
-// it fails with SQLITE_BUSY. Default: 5s.
-func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
+// it fails with SQLITE_BUSY. Default (and for d < 1ms): 5s.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d >= time.Millisecond {
+			o.busyTimeout = d
+		}
+	}
+}
 
 // Open opens (creating it if needed) the SQLite database dsn and migrates its schema.
 //
@@ -54,7 +71,7 @@ func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyT
 // database with Close.
 func Open(ctx context.Context, dsn string, opts ...Option) (*gorm.DB, error) {
 	o := options{
-		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		logger:       slog.New(slog.DiscardHandler),
 		maxOpenConns: max(4, runtime.GOMAXPROCS(0)),
 		busyTimeout:  5 * time.Second,
 	}
