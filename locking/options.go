@@ -37,7 +37,8 @@ type Options struct {
 	Wait time.Duration
 
 	// CallTimeout bounds one Redis call (acquire, renew, release, TTL). Default
-	// min(Lease/10, 2s), at least 50ms. It is only honoured if the go-redis client was built
+	// min(Lease/10, 2s), at least 50ms; a value above Lease/3 is lowered to Lease/4 so that a
+	// renewal ends well inside the lease. It is only honoured if the go-redis client was built
 	// with ContextTimeoutEnabled: New logs a warning when it can see that it is not.
 	CallTimeout time.Duration
 
