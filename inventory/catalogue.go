@@ -109,7 +109,7 @@ func (s *Service) Reset(ctx context.Context, items []NewItem) error {
 	if err != nil {
 		return s.dbErr(err)
 	}
-	s.log.Info("catalogue reset", "items", len(rows))
+	s.log.InfoContext(ctx, "catalogue reset", "items", len(rows))
 	return nil
 }
 

@@ -317,3 +317,13 @@ func TestLostLockRetriedThenLockLost(t *testing.T) {
 	assert.Equal(t, 10, statsOf(t, s, id).Stock, "nothing written")
 	assert.Empty(t, ordersOf(t, s, id))
 }
+
+func TestClosedLockClientIsUnavailable(t *testing.T) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t)
+	s, lc := lockService(t, db, srv, locking.Options{}, nil)
+	id := resetItems(t, s, 10)[0]
+	require.NoError(t, lc.Close())
+	_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard})
+	assert.ErrorIs(t, err, inventory.ErrUnavailable)
+}

@@ -187,21 +187,21 @@ func (s *Service) run(ctx context.Context, st strategy, name string, p purchase)
 		rec, err := st.buy(ctx, p)
 		switch {
 		case err == nil:
-			s.log.Debug("purchase", "item", p.itemID, "quantity", p.quantity, "strategy", name,
+			s.log.DebugContext(ctx, "purchase", "item", p.itemID, "quantity", p.quantity, "strategy", name,
 				"order", rec.OrderID, "remaining", rec.Remaining, "fence", rec.FenceToken)
 			return rec, nil
 		case errors.Is(err, ErrLockLost):
 			if !lostRetried && ctx.Err() == nil {
 				lostRetried = true
-				s.log.Info("purchase retried after lost lock", "item", p.itemID, "strategy", name, "err", err)
+				s.log.InfoContext(ctx, "purchase retried after lost lock", "item", p.itemID, "strategy", name, "err", err)
 				continue
 			}
-			s.log.Warn("purchase failed: lock lost", "item", p.itemID, "strategy", name, "err", err)
+			s.log.WarnContext(ctx, "purchase failed: lock lost", "item", p.itemID, "strategy", name, "err", err)
 			return Receipt{}, err
 		case models.IsBusy(err):
 			if !busyRetried && ctx.Err() == nil {
 				busyRetried = true
-				s.log.Warn("purchase retried after database busy", "item", p.itemID, "strategy", name)
+				s.log.WarnContext(ctx, "purchase retried after database busy", "item", p.itemID, "strategy", name)
 				continue
 			}
 			return Receipt{}, fmt.Errorf("%w: database busy: %w", ErrUnavailable, err)
@@ -209,7 +209,7 @@ func (s *Service) run(ctx context.Context, st strategy, name string, p purchase)
 			return Receipt{}, err
 		default:
 			if ctx.Err() == nil {
-				s.log.Error("purchase failed", "item", p.itemID, "strategy", name, "err", err)
+				s.log.ErrorContext(ctx, "purchase failed", "item", p.itemID, "strategy", name, "err", err)
 			}
 			return Receipt{}, s.dbErr(err)
 		}

@@ -151,7 +151,7 @@ func (d deps) release(ctx context.Context, held Held) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if err := held.Release(rctx); err != nil {
-		d.log.Debug("lock release failed", "token", held.Token(), "err", err)
+		d.log.DebugContext(ctx, "lock release failed", "token", held.Token(), "err", err)
 	}
 }
 
