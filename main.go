@@ -56,12 +56,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintln(stderr, "stockguard:", err)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	logger := newLogger(stderr, cfg.logLevel)
 	if err := serve(ctx, cfg, getenv, logger); err != nil {
 		logger.Error("stockguard failed", "err", err)
 		return 1
 	}
-	logger.Info("stopped")
+	notice(logger, "stopped")
 	return 0
 }
 
@@ -116,7 +116,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	token := cfg.adminToken
 	if token == "" {
 		token = randomToken()
-		logger.Info("no --admin-token or ADMIN_TOKEN: generated one for this run", "admin_token", token)
+		notice(logger, "no --admin-token or ADMIN_TOKEN: generated one for this run", "admin_token", token)
 	}
 	handler := handlers.New(handlers.Config{
 		Service:         svc,
@@ -145,7 +145,7 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	logger.Info("listening", "addr", ln.Addr().String(), "demo", cfg.demo, "strategy", cfg.strategy)
+	notice(logger, "listening", "addr", ln.Addr().String(), "demo", cfg.demo, "strategy", cfg.strategy)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -154,7 +154,7 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 		return err
 	case <-ctx.Done():
 	}
-	logger.Info("shutting down", "timeout", cfg.shutdownTimeout)
+	notice(logger, "shutting down", "timeout", cfg.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

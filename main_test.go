@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -161,11 +162,19 @@ func TestServeEachRedisMode(t *testing.T) {
 		{redisModeMemory, ""},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			args := append(baseArgs(t), "--log-level", "info")
+			args := baseArgs(t)
 			s := startServer(t, map[string]string{"PATH": mode.path}, args...)
 			assert.Equal(t, mode.name, s.logs.field("redis", "mode"))
 			redisAddr := s.logs.field("redis", "addr")
 			require.NotEmpty(t, redisAddr)
+
+			// Keys expire in real time (miniredis only does when its clock is advanced).
+			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+			defer rdb.Close()
+			require.NoError(t, rdb.Set(context.Background(), "e2e:ttl", "x", 100*time.Millisecond).Err())
+			require.Eventually(t, func() bool {
+				return rdb.Exists(context.Background(), "e2e:ttl").Val() == 0
+			}, 2*time.Second, 20*time.Millisecond, "a key with a 100ms TTL did not expire")
 
 			var items []item
 			require.Equal(t, http.StatusOK, s.call("GET", "/api/items", "", &items))
@@ -240,7 +249,7 @@ func buyConcurrently(s *server, id int64, n int, headers ...string) map[int]int 
 // REDIS_URL environment variable would do the same).
 func TestServeWithRedisURL(t *testing.T) {
 	rs := redistest.Start(t)
-	s := startServer(t, map[string]string{"REDIS_URL": rs.URL()}, append(baseArgs(t), "--log-level", "info")...)
+	s := startServer(t, map[string]string{"REDIS_URL": rs.URL()}, baseArgs(t)...)
 	assert.Equal(t, redisModeURL, s.logs.field("redis", "mode"))
 	var r struct {
 		FenceToken int64  `json:"fence_token"`
@@ -267,5 +276,24 @@ func TestGeneratedAdminToken(t *testing.T) {
 	assert.Equal(t, http.StatusOK, s.call("POST", "/api/admin/reset", body, nil, "Authorization: Bearer "+token))
 	// Not in demo mode: the demo headers are refused.
 	assert.Equal(t, http.StatusBadRequest, s.call("POST", "/api/items/1/purchase", `{"quantity":1}`, nil, "X-Strategy: naive"))
+	assert.Equal(t, 0, s.shutdown())
+}
+
+// TestServeWithRedisDown starts with a --redis that does not answer: the server still comes
+// up, /readyz says 503, lock strategies answer 503 unavailable quickly and guard still sells.
+func TestServeWithRedisDown(t *testing.T) {
+	port, err := freePort() // nothing listens there
+	require.NoError(t, err)
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	s := startServer(t, nil, append(baseArgs(t), "--redis", url)...)
+	assert.Equal(t, http.StatusServiceUnavailable, s.call("GET", "/readyz", "", nil))
+	start := time.Now()
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	assert.Equal(t, http.StatusServiceUnavailable, s.call("POST", "/api/items/1/purchase", `{"quantity":1}`, &e))
+	assert.Equal(t, "unavailable", e.Error.Code)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, http.StatusCreated, s.call("POST", "/api/items/1/purchase", `{"quantity":1}`, nil, "X-Strategy: guard"))
 	assert.Equal(t, 0, s.shutdown())
 }

@@ -57,7 +57,7 @@ func openRedis(ctx context.Context, urls []string, getenv func(string) string, l
 		}
 		b.mode, addr = redisModeChild, child.addr
 		b.closers = append(b.closers, child.stop)
-		logger.Info("redis", "mode", b.mode, "addr", addr, "pid", child.cmd.Process.Pid, "binary", path)
+		notice(logger, "redis", "mode", b.mode, "addr", addr, "pid", child.cmd.Process.Pid, "binary", path)
 	} else {
 		mem, err := startMiniredis()
 		if err != nil {
@@ -65,7 +65,7 @@ func openRedis(ctx context.Context, urls []string, getenv func(string) string, l
 		}
 		b.mode, addr = redisModeMemory, mem.addr
 		b.closers = append(b.closers, mem.stop)
-		logger.Info("redis", "mode", b.mode, "addr", addr,
+		notice(logger, "redis", "mode", b.mode, "addr", addr,
 			"note", "no --redis and no redis-server on PATH: in-process miniredis, state is lost on exit")
 	}
 	b.client = redis.NewClient(clientOptions(&redis.Options{Addr: addr}))
@@ -94,7 +94,7 @@ func dialRedis(ctx context.Context, urls []string, logger *slog.Logger) (*redisB
 		cancel()
 	}
 	b.client = b.nodes[0]
-	logger.Info("redis", "mode", b.mode, "nodes", len(b.nodes), "addr", b.client.Options().Addr)
+	notice(logger, "redis", "mode", b.mode, "nodes", len(b.nodes), "addr", b.client.Options().Addr)
 	return b, nil
 }
 
