@@ -10,8 +10,8 @@ import (
 // package's *locking.Client to it; tests wrap it to inject faults.
 type Locker interface {
 	// Obtain takes the lock on key, waiting for it as long as the lock service allows (or ctx).
-	// floor is the lowest fencing token the caller accepts being issued below: the new token
-	// is greater than floor and than any token issued before. It returns an error wrapping
+	// The new lock's fencing token is greater than floor and than every token issued before
+	// for key (lock+guard passes the item's stored fence token). It returns an error wrapping
 	// ErrLockTimeout when the wait ended without the lock, and one wrapping ErrUnavailable
 	// when the lock service could not be reached.
 	Obtain(ctx context.Context, key string, floor int64) (Held, error)
