@@ -14,16 +14,19 @@ var _ Held = (*locking.Lock)(nil)
 // NewLocker adapts a locking.Client to Locker. Obtain passes the floor with locking.WithFloor,
 // maps locking.ErrNotObtained to ErrLockTimeout and every other failure (Redis unreachable,
 // client closed) to ErrUnavailable.
-func NewLocker(c *locking.Client) Locker { return redisLocker{c: c} }
+func NewLocker(c *locking.Client) Locker { return redisLocker{obtain: c.Obtain} }
 
-type redisLocker struct{ c *locking.Client }
+// redisLocker adapts the Obtain of a locking.Client or locking.Redlock (redlock.go).
+type redisLocker struct {
+	obtain func(ctx context.Context, key string, opts ...locking.ObtainOption) (*locking.Lock, error)
+}
 
 func (r redisLocker) Obtain(ctx context.Context, key string, floor int64) (Held, error) {
 	var opts []locking.ObtainOption
 	if floor > 0 {
 		opts = append(opts, locking.WithFloor(floor))
 	}
-	l, err := r.c.Obtain(ctx, key, opts...)
+	l, err := r.obtain(ctx, key, opts...)
 	switch {
 	case err == nil:
 		return l, nil
