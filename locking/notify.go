@@ -35,6 +35,13 @@ type notifier struct {
 	quit     chan struct{} // closed by close
 	done     chan struct{} // closed when the receive goroutine ends
 
+	// subMu orders SUBSCRIBE and UNSUBSCRIBE commands (taken before mu, never inside it), so
+	// that a channel dropped by sweep and wanted again is unsubscribed before it is
+	// subscribed anew. The calls run outside mu: go-redis may hold the subscription's lock
+	// while it redials, and that must not stall the waiters' bookkeeping.
+	subMu sync.Mutex
+	subs  sync.WaitGroup // subscribe goroutines, waited for by close
+
 	// Counters read by tests: release messages received, receive errors (which wake all),
 	// and waits ended by a message or by the timer.
 	messages, receiveErrors      atomic.Int64
@@ -97,18 +104,28 @@ func (n *notifier) register(ctx context.Context, channel string) (w *waiter, hea
 	if st == nil {
 		st = &channelState{ready: make(chan struct{})}
 		n.channels[channel] = st
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.callTimeout)
-		if err := n.ps.Subscribe(cctx, channel); err != nil {
-			// go-redis keeps the channel and subscribes again when it reconnects; until
-			// then the waiter relies on its timer.
-			n.log.Warn("locking: subscribe failed", "channel", channel, "err", err)
-		}
-		cancel()
+		// Subscribe in the background: the waiter waits for st.ready, bounded by CallTimeout.
+		n.subs.Add(1)
+		go n.subscribe(n.ps, channel)
 	}
 	st.idleSince = time.Time{}
 	w = &waiter{channel: channel, wake: make(chan struct{}, 1), ready: st.ready}
 	st.waiters = append(st.waiters, w)
 	return w, len(st.waiters) == 1, nil
+}
+
+// subscribe sends SUBSCRIBE for channel; the receive goroutine sees the confirmation.
+func (n *notifier) subscribe(ps *redis.PubSub, channel string) {
+	defer n.subs.Done()
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), n.callTimeout)
+	defer cancel()
+	if err := ps.Subscribe(ctx, channel); err != nil && !n.isClosed() {
+		// go-redis keeps the channel and subscribes again when it reconnects; until then
+		// the waiters rely on their timers.
+		n.log.Warn("locking: subscribe failed", "channel", channel, "err", err)
+	}
 }
 
 // tried records that w made an attempt after its last wake-up.
@@ -186,4 +203,5 @@ func (n *notifier) close() {
 		_ = ps.Close()
 		<-done
 	}
+	n.subs.Wait()
 }

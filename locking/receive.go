@@ -102,8 +102,9 @@ func (n *notifier) sleep(d time.Duration) bool {
 // channels are dropped, so the replies of one connection stay in order: a later SUBSCRIBE
 // of the same channel is confirmed after this UNSUBSCRIBE.
 func (n *notifier) sweep(ps *redis.PubSub) {
+	n.subMu.Lock() // held across UNSUBSCRIBE so no SUBSCRIBE of the same channel overtakes it
+	defer n.subMu.Unlock()
 	n.mu.Lock()
-	defer n.mu.Unlock() // held across UNSUBSCRIBE so no SUBSCRIBE of the same channel overtakes it
 	var idle []string
 	for ch, st := range n.channels {
 		if len(st.waiters) == 0 && st.confirmed && !st.idleSince.IsZero() &&
@@ -112,6 +113,7 @@ func (n *notifier) sweep(ps *redis.PubSub) {
 			delete(n.channels, ch)
 		}
 	}
+	n.mu.Unlock()
 	if len(idle) == 0 {
 		return
 	}
