@@ -1,11 +1,13 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -308,4 +310,39 @@ func TestPurchaseBodyFieldNamesAreExact(t *testing.T) {
 	}
 	a := e.do("POST", "/api/items/1/purchase", " \n{ \"quantity\" : 2 }\n")
 	assert.Equal(t, http.StatusCreated, a.status, "whitespace is fine: %s", a.body)
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestAccessLogAndInternalDetails(t *testing.T) {
+	var logs syncBuffer
+	e := newEnv(t, envOptions{log: &logs})
+	e.wrap.purchase = func(context.Context, inventory.PurchaseRequest) (inventory.Receipt, error) {
+		return inventory.Receipt{}, errors.New("disk I/O error on /var/db/secret")
+	}
+	a := e.do("POST", "/api/items/1/purchase", `{"quantity":1}`, "X-Request-ID: trace-77")
+	require.Equal(t, http.StatusInternalServerError, a.status)
+	assert.NotContains(t, string(a.body), "disk")
+
+	out := logs.String()
+	assert.Regexp(t, `level=ERROR msg="internal error" request_id=trace-77 err="disk I/O error on /var/db/secret"`, out)
+	assert.Regexp(t, `level=WARN msg=request request_id=trace-77 method=POST path=/api/items/1/purchase status=500 .*code=internal`, out)
+	e.do("GET", "/healthz", "", "X-Request-ID: trace-78")
+	assert.Regexp(t, `level=INFO msg=request request_id=trace-78 method=GET path=/healthz status=200`, logs.String())
 }

@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -53,6 +54,7 @@ type envOptions struct {
 	redis           *redistest.Server // nil: no lock (the lock strategies answer unavailable)
 	lockWait        time.Duration     // the lock client's Wait; 0 means its default
 	defaultStrategy string            // "" means guard without redis, lock+guard with it
+	log             io.Writer         // the handlers' log; nil discards it
 }
 
 // newEnv starts a storefront; the default strategy is guard unless opts says otherwise.
@@ -89,7 +91,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		AdminToken:      testToken,
 		Demo:            opts.demo,
 		DefaultStrategy: opts.defaultStrategy,
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:          slog.New(slog.NewTextHandler(cmp.Or(opts.log, io.Discard), nil)),
 		Metrics:         e.metrics,
 		Debug:           e.locks,
 	})
