@@ -111,7 +111,8 @@ func (s *Service) DefaultStrategy() string { return s.def }
 // one sentinel: ErrInvalid, ErrOverloaded (from Admission), ErrNotFound, ErrSoldOut,
 // ErrInsufficientStock, ErrIdempotencyConflict, ErrLockTimeout, ErrLockLost (after one
 // retry; nothing written), ErrUnavailable (lock service down, or the database busy after one
-// retry). Other errors are unexpected. A failed purchase writes nothing.
+// retry). When ctx ends first, the error is ctx's (wrapped in ErrLockTimeout if it ended a
+// wait for a lock). Other errors are unexpected. A failed purchase writes nothing.
 func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, error) {
 	st, name, err := s.validate(&req)
 	if err != nil {
