@@ -70,7 +70,9 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // measureOps runs op b.N times on the first server, once before to load scripts, and
-// reports calls/op, lib-µs/op (wall time outside the calls cc timed) and redis-cpu-µs/op.
+// reports calls/op, lib-µs/op (wall time outside the calls cc timed), redis-cpu-µs/op (the
+// server process's CPU time: networking and execution) and redis-exec-µs/op (the time Redis
+// spent executing the commands and scripts themselves, from INFO commandstats).
 func measureOps(b *testing.B, cc *callCounter, op func() error) {
 	if err := op(); err != nil {
 		b.Fatal(err)
@@ -90,6 +92,7 @@ func measureOps(b *testing.B, cc *callCounter, op func() error) {
 	b.ReportMetric(float64(cc.n.Load()-calls0)/n, "calls/op")
 	b.ReportMetric(float64(elapsed.Nanoseconds()-(cc.ns.Load()-ns0))/n/1000, "lib-µs/op")
 	b.ReportMetric(st.cpu*1e6/n, "redis-cpu-µs/op")
+	b.ReportMetric(float64(st.execUsec)/n, "redis-exec-µs/op")
 }
 
 // Contention workloads: 32 goroutines on one key.

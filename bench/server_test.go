@@ -186,6 +186,7 @@ func newClient(tb testing.TB, s *server, cc *callCounter) *redis.Client {
 type stats struct {
 	commands int64   // total_commands_processed (INFO stats)
 	cpu      float64 // used_cpu_sys + used_cpu_user, in seconds (INFO cpu)
+	execUsec int64   // time executing EVALSHA, EVAL and PING, in µs (INFO commandstats)
 }
 
 // serverStats reads the servers' counters. Redis counts the commands a Lua script runs as
@@ -195,7 +196,7 @@ func serverStats(tb testing.TB, ss []*server) stats {
 	var st stats
 	for _, s := range ss {
 		c := redis.NewClient(&redis.Options{Addr: s.addr})
-		info, err := c.Info(context.Background(), "stats", "cpu").Result()
+		info, err := c.Info(context.Background(), "stats", "cpu", "commandstats").Result()
 		_ = c.Close()
 		if err != nil {
 			tb.Fatal(err)
@@ -209,6 +210,14 @@ func serverStats(tb testing.TB, ss []*server) stats {
 			case "used_cpu_sys", "used_cpu_user":
 				f, _ := strconv.ParseFloat(v, 64)
 				st.cpu += f
+			case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_ping":
+				// calls=N,usec=U,usec_per_call=...: a script's usec includes its commands.
+				for field := range strings.SplitSeq(v, ",") {
+					if u, ok := strings.CutPrefix(field, "usec="); ok {
+						n, _ := strconv.ParseInt(u, 10, 64)
+						st.execUsec += n
+					}
+				}
 			}
 		}
 	}
@@ -218,5 +227,6 @@ func serverStats(tb testing.TB, ss []*server) stats {
 // sub returns the counters of a run that started at st0 (less the one INFO per server
 // that read st0).
 func (st stats) sub(st0 stats, servers int) stats {
-	return stats{commands: st.commands - st0.commands - int64(servers), cpu: st.cpu - st0.cpu}
+	return stats{commands: st.commands - st0.commands - int64(servers), cpu: st.cpu - st0.cpu,
+		execUsec: st.execUsec - st0.execUsec}
 }
