@@ -58,15 +58,23 @@ func (f *findings) violate(format string, a ...any) {
 // requests named ("" when the servers ran their own: then every answer must name the same one).
 func check(asked string, purchases []*purchase, stats []ItemStats, orders []order) findings {
 	f := findings{ErrorsByCode: map[string]int{}, StatusCounts: map[string]int{}}
-	expect := asked
+	confirmed, expect := f.checkAnswers(asked, purchases)
+	f.checkOrders(expect, purchases, confirmed, orders)
+	f.checkStock(stats, orders)
+	return f
+}
 
-	// 1. The client's record: which order each key was answered with.
-	confirmed := map[string]int64{} // key -> order id of its 201/200 answers
-	byKey := map[string]*purchase{}
+// checkAnswers reads the client's own record: it counts the answers, checks that every 201/200
+// names the expected strategy and that one key is always answered with one order id. It
+// returns that order id per key, and the expected strategy (learned from the first answer when
+// asked is "").
+func (f *findings) checkAnswers(asked string, purchases []*purchase) (map[string]int64, string) {
+	expect := asked
+	confirmed := map[string]int64{}
 	for _, p := range purchases {
-		byKey[p.Key] = p
 		for i, r := range append(append([]purchaseResult{}, p.Attempts...), p.Replays...) {
-			if i < len(p.Attempts) {
+			replay := i >= len(p.Attempts)
+			if !replay {
 				f.StatusCounts[fmt.Sprint(r.Status)]++
 			}
 			switch {
@@ -88,7 +96,7 @@ func check(asked string, purchases []*purchase, stats []ItemStats, orders []orde
 					f.violate("key %s answered with orders %d and %d", p.Key, id, r.Receipt.OrderID)
 				}
 				confirmed[p.Key] = r.Receipt.OrderID
-			case i >= len(p.Attempts): // a replay's error is not counted again
+			case replay: // a replay's error is not counted again
 			case r.Code == "sold_out" || r.Code == "insufficient_stock":
 				f.SoldOutAnswers++
 			default:
@@ -96,16 +104,20 @@ func check(asked string, purchases []*purchase, stats []ItemStats, orders []orde
 			}
 		}
 	}
+	return confirmed, expect
+}
 
-	// 2. The order rows: each accounted for by one confirmed key, once.
-	ordersByID := map[int64]order{}
+// checkOrders checks the order rows: each accounted for by one answered key, once, with the
+// expected strategy; and each answered key's order row exists and matches its request.
+func (f *findings) checkOrders(expect string, purchases []*purchase, confirmed map[string]int64, orders []order) {
+	byKey := make(map[string]*purchase, len(purchases))
+	for _, p := range purchases {
+		byKey[p.Key] = p
+	}
+	ordersByID := make(map[int64]order, len(orders))
 	perKey := map[string]int{}
-	soldByItem := map[int64]int{}
-	countByItem := map[int64]int{}
 	for _, o := range orders {
 		ordersByID[o.OrderID] = o
-		soldByItem[o.ItemID] += o.Quantity
-		countByItem[o.ItemID]++
 		if expect != "" && o.Strategy != expect {
 			f.WrongStrategy++
 			f.violate("order %d has strategy %q, asked %q", o.OrderID, o.Strategy, expect)
@@ -138,8 +150,17 @@ func check(asked string, purchases []*purchase, stats []ItemStats, orders []orde
 			f.violate("order %d does not match its answer (key %s, item %d, quantity %d)", id, key, p.ItemID, p.Quantity)
 		}
 	}
+}
 
-	// 3. The stock of every item.
+// checkStock checks every item: stock not below zero, no unit sold beyond the initial stock,
+// stock down by exactly the units sold, and stats that agree with the order rows.
+func (f *findings) checkStock(stats []ItemStats, orders []order) {
+	soldByItem := map[int64]int{}
+	countByItem := map[int64]int{}
+	for _, o := range orders {
+		soldByItem[o.ItemID] += o.Quantity
+		countByItem[o.ItemID]++
+	}
 	sorted := append([]ItemStats(nil), stats...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ItemID < sorted[j].ItemID })
 	for _, s := range sorted {
@@ -163,7 +184,6 @@ func check(asked string, purchases []*purchase, stats []ItemStats, orders []orde
 				s.SoldUnits, s.OrderCount, soldByItem[s.ItemID], countByItem[s.ItemID])
 		}
 	}
-	return f
 }
 
 func abs(n int) int {

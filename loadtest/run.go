@@ -131,16 +131,9 @@ func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, 
 		label = "(server)"
 	}
 	admin := apis[0]
-	if err := admin.reset(ctx, catalogue(cfg)); err != nil {
-		return nil, fmt.Errorf("%s: reset the catalogue: %w", label, err)
-	}
-	items, err := admin.items(ctx)
+	items, err := resetCatalogue(ctx, cfg, admin)
 	if err != nil {
-		return nil, fmt.Errorf("%s: list items: %w", label, err)
-	}
-	sort.Slice(items, func(i, j int) bool { return items[i].ID < items[j].ID })
-	if len(items) != cfg.Items {
-		return nil, fmt.Errorf("%s: reset asked for %d items, the server lists %d", label, cfg.Items, len(items))
+		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	w := &workload{cfg: cfg, apis: apis, items: items, strategy: strategy, hist: newHistogram(),
 		keyBase: fmt.Sprintf("lt-%x-%d-%s", cfg.Seed&0xffffffff, round, strings.ReplaceAll(label, "+", "_"))}
@@ -151,23 +144,7 @@ func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, 
 	if logw != nil && !cfg.Quiet {
 		pr.w, pr.tty = logw, isTerminal(logw)
 	}
-	start := time.Now()
-	var chaosEv *ChaosEvent
-	chaosDone := make(chan struct{})
-	stopChaos := make(chan struct{})
-	if ch != nil {
-		go func() { // owner: runStrategy, which closes stopChaos and waits on chaosDone
-			defer close(chaosDone)
-			chaosEv = ch.run(ctx, stopChaos, start, strategy, items[0].ID, round)
-		}()
-	} else {
-		close(chaosDone)
-	}
-	pr.start()
-	elapsed := w.run(ctx, cfg.Seed+int64(round))
-	close(stopChaos)
-	<-chaosDone // a pause in progress ends (the instance is resumed) before anything is checked
-	pr.finish()
+	elapsed, chaosEv := fire(ctx, w, pr, ch, cfg.Seed+int64(round), round)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -202,4 +179,43 @@ func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, 
 	res.ExpectedSafe = expectedSafe(label, len(apis), chaosName)
 	res.Failed = res.ExpectedSafe && res.Verdict != VerdictSafe
 	return res, nil
+}
+
+// resetCatalogue replaces the catalogue and returns its items by id: the first is the hot one.
+func resetCatalogue(ctx context.Context, cfg Config, admin *api) ([]item, error) {
+	if err := admin.reset(ctx, catalogue(cfg)); err != nil {
+		return nil, fmt.Errorf("reset the catalogue: %w", err)
+	}
+	items, err := admin.items(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list items: %w", err)
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].ID < items[j].ID })
+	if len(items) != cfg.Items {
+		return nil, fmt.Errorf("reset asked for %d items, the server lists %d", cfg.Items, len(items))
+	}
+	return items, nil
+}
+
+// fire runs the workload with its progress display and, in chaos mode, the pause of an
+// instance. It returns once the workload is done and any paused instance is resumed.
+func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, seed int64, round int) (time.Duration, *ChaosEvent) {
+	start := time.Now()
+	var ev *ChaosEvent
+	chaosDone := make(chan struct{})
+	stopChaos := make(chan struct{})
+	if ch != nil {
+		go func() { // owner: fire, which closes stopChaos and waits on chaosDone
+			defer close(chaosDone)
+			ev = ch.run(ctx, stopChaos, start, w.strategy, w.items[0].ID, round)
+		}()
+	} else {
+		close(chaosDone)
+	}
+	pr.start()
+	elapsed := w.run(ctx, seed)
+	close(stopChaos)
+	<-chaosDone // a pause in progress ends (the instance is resumed) before anything is checked
+	pr.finish()
+	return elapsed, ev
 }
