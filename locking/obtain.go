@@ -86,6 +86,9 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 // acquire makes one attempt. It returns the Lock when taken, or the remaining lease of the
 // holder when not.
 func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64, start time.Time) (*Lock, time.Duration, error) {
+	if err := ctx.Err(); err != nil { // nothing sent: nothing to clean up
+		return nil, 0, errors.Join(ErrNotObtained, err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	sent := time.Now()

@@ -75,7 +75,9 @@ type Hooks struct {
 	Renewed func(key string)
 	// Lost is called once when a held lock is lost (err wraps ErrLost).
 	Lost func(key string, err error)
-	// Released is called when the last hold of a lock is released, with the time it was held.
+	// Released is called when the last hold of a lock is released, with the time it was held
+	// (also when the release call to Redis failed: the process no longer holds the lock).
+	// A lock found lost by its release fires Lost instead.
 	Released func(key string, held time.Duration)
 }
 

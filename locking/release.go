@@ -36,6 +36,9 @@ func (l *Lock) Release(ctx context.Context) error {
 
 	if last {
 		h.wd.stop()
+		h.mu.Lock()
+		lost = h.lost // the watchdog may have declared the loss meanwhile
+		h.mu.Unlock()
 	}
 	if lost != nil {
 		if last && !errors.Is(lost, errTaken) {
@@ -58,16 +61,21 @@ func (l *Lock) Release(ctx context.Context) error {
 	} else {
 		left, err = releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel, "0").Int64()
 	}
-	if err != nil {
-		return fmt.Errorf("locking: release %q: %w", h.k.name, err)
-	}
-	if left < 0 {
+	if err == nil && left < 0 {
+		if last { // found lost only now: the holder still hears of it once, as a loss
+			h.lose(fmt.Errorf("%w: %w", ErrLost, errTaken))
+		}
 		return ErrNotHeld
 	}
 	if last {
+		// Also after a Redis failure: this process no longer holds the lock (Redis keeps
+		// the key until its lease ends).
 		if f := h.c.hooks.Released; f != nil {
 			f(h.k.name, time.Since(h.acquired))
 		}
+	}
+	if err != nil {
+		return fmt.Errorf("locking: release %q: %w", h.k.name, err)
 	}
 	return nil
 }

@@ -245,3 +245,22 @@ func TestWatchdogStopsOnRelease(t *testing.T) {
 	}
 	assert.False(t, errors.Is(l.Err(), ErrLost))
 }
+
+func TestReleaseOfStolenLockReportsLossOnce(t *testing.T) {
+	verifyNoLeaks(t)
+	var lost lostRecorder
+	var released atomic.Int64
+	c := newClient(t, nil, &Options{Hooks: Hooks{Lost: lost.hook,
+		Released: func(string, time.Duration) { released.Add(1) }}})
+	ctx := ctxT(t, 5*time.Second)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, c.rdb.Del(ctx, c.keysFor(key).hash).Err()) // the watchdog renews only in 10s
+
+	assert.ErrorIs(t, l.Release(ctx), ErrNotHeld)
+	errs, _ := lost.get()
+	require.Len(t, errs, 1, "the holder hears of the loss once")
+	assert.ErrorIs(t, errs[0], errTaken)
+	assert.Zero(t, released.Load(), "a lost lock is not reported released")
+}
