@@ -250,6 +250,32 @@ func TestFenceFloorAfterRedisWipe(t *testing.T) {
 	assert.Equal(t, last, item.FenceToken, "the item stores the last token that wrote it")
 }
 
+// The control for TestFenceFloorAfterRedisWipe: without the floor, the tokens issued after a
+// wipe start again below what the database has seen, and the fence refuses every write (safe,
+// but the item can no longer be sold until the counter catches up).
+func TestWithoutFloorAfterRedisWipeFenceRefuses(t *testing.T) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t)
+	s, _ := lockService(t, db, srv, locking.Options{}, func(l inventory.Locker) inventory.Locker { return noFloor{l} })
+	id := resetItems(t, s, 100)[0]
+	ctx := t.Context()
+	for i := 0; i < 3; i++ {
+		_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard})
+		require.NoError(t, err)
+	}
+	require.NoError(t, srv.Client(t).FlushAll(ctx).Err())
+	_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard})
+	assert.ErrorIs(t, err, inventory.ErrLockLost, "tokens 1 and 2 are below the stored 3")
+	assert.Equal(t, 3, statsOf(t, s, id).SoldUnits, "nothing written")
+}
+
+// noFloor drops the floor lock+guard passes.
+type noFloor struct{ inventory.Locker }
+
+func (n noFloor) Obtain(ctx context.Context, key string, _ int64) (inventory.Held, error) {
+	return n.Locker.Obtain(ctx, key, 0)
+}
+
 func TestRedisDownIsUnavailableFast(t *testing.T) {
 	srv := redistest.Start(t)
 	db, _ := openDB(t)
