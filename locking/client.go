@@ -23,6 +23,12 @@
 // without it a black-holed Redis stalls a renewal for the full read timeout, which may be
 // longer than the lease. New logs a warning when it can see the option is off.
 //
+// Internals shared by the lock family (fair lock, Redlock, semaphore): the watchdog type
+// (watchdog.go) keeps any lease alive and applies the loss rule given only a renew function;
+// Client.waitLoop (wait.go) is the waiting half of Obtain, separate from the attempt; hold and
+// Lock (lock.go, release.go) give every kind Done, Context, Release and the hooks, with the
+// kind's own Redis calls in kindOps (kind.go).
+//
 // The non-test code imports only go-redis and the standard library.
 package locking
 
