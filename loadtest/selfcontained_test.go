@@ -229,3 +229,65 @@ func TestChaosPauseBreaksLockNotLockGuard(t *testing.T) {
 	assert.Equal(t, VerdictOversold, lock.Verdict, "lock oversells once its holder is paused past the lease")
 	assert.Positive(t, lock.OversoldUnits)
 }
+
+// children lists the live child processes of this test binary with their state letter (R, S,
+// T for stopped...), from /proc.
+func children(t *testing.T) map[int]string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	out := map[int]string{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so split after the last ')'.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		var pid, ppid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || len(fields) < 2 {
+			continue
+		}
+		if _, err := fmt.Sscan(fields[1], &ppid); err == nil && ppid == os.Getpid() && fields[0] != "Z" {
+			out[pid] = fields[0]
+		}
+	}
+	return out
+}
+
+// TestInterruptStopsEverything cancels a chaos run while an instance is stopped (as Ctrl-C does
+// through signal.NotifyContext): Run returns at once, and every process it started is gone.
+func TestInterruptStopsEverything(t *testing.T) {
+	needStorefront(t)
+	cfg := smallRun("lock")
+	cfg.Chaos, cfg.Lease = "pause", time.Second
+	cfg.Requests, cfg.Duration = 0, 20*time.Second
+	require.NoError(t, cfg.validate())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make(chan map[int]string, 1)
+	go func() { // owner: this test; ends when it cancels or Run returns (ctx cancelled by defer)
+		for ctx.Err() == nil {
+			kids := children(t)
+			for _, state := range kids {
+				if state == "T" { // the chaos pause is on
+					seen <- kids
+					cancel()
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	_, err := Run(ctx, cfg, tlog{t})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), 15*time.Second, "the run stops at once")
+	kids := <-seen
+	assert.Len(t, kids, 4, "redis-server and three storefronts")
+	for pid := range kids {
+		assertGone(t, pid)
+	}
+	assert.Empty(t, children(t))
+}
