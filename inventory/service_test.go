@@ -351,30 +351,36 @@ func TestDatabaseBusyRetriedOnceThenUnavailable(t *testing.T) {
 	id := resetItems(t, s, 10)[0]
 	other := openPath(t, path)
 
-	holdWriteLock := func(d time.Duration) <-chan struct{} {
+	// holdWriteLock takes the write lock from another connection until d has passed or
+	// release is called.
+	holdWriteLock := func(d time.Duration) (release func()) {
 		tx := other.Begin() // BEGIN IMMEDIATE: the write lock, at once
 		require.NoError(t, tx.Error)
-		done := make(chan struct{})
+		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			time.Sleep(d)
+			select {
+			case <-time.After(d):
+			case <-stop:
+			}
 			assert.NoError(t, tx.Rollback().Error)
 		}()
-		return done
+		var once sync.Once
+		return func() { once.Do(func() { close(stop) }); <-done }
 	}
 
 	// Held for 300ms: the first attempt gives up at 200ms, the retry gets the lock.
-	done := holdWriteLock(300 * time.Millisecond)
+	release := holdWriteLock(300 * time.Millisecond)
 	_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1})
 	assert.NoError(t, err)
-	<-done
+	release()
 
-	// Held for 3s: both attempts give up, long before.
-	done = holdWriteLock(3 * time.Second)
+	// Held for up to 3s: both attempts give up, long before.
+	release = holdWriteLock(3 * time.Second)
 	start := time.Now()
 	_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1})
 	assert.ErrorIs(t, err, inventory.ErrUnavailable)
 	assert.Less(t, time.Since(start), 2500*time.Millisecond)
-	<-done
+	release()
 	assert.Equal(t, 1, statsOf(t, s, id).SoldUnits)
 }
