@@ -47,6 +47,9 @@ type notifier struct {
 	messages, receiveErrors      atomic.Int64
 	wokenByMessage, wokenByTimer atomic.Int64
 	sleeping                     atomic.Int64 // waiters asleep between attempts
+	resubscribes                 atomic.Int64 // subscriptions replaced after an unanswered PING
+
+	healthEvery time.Duration // PING a subscription quiet for this long (tests shorten it)
 }
 
 type channelState struct {
@@ -67,14 +70,14 @@ type waiter struct {
 const (
 	idleUnsubscribe = 5 * time.Second  // a channel nobody waits on is dropped after this
 	receivePoll     = time.Second      // receive timeout: the sweep and health-check period
-	healthEvery     = 30 * time.Second // PING an idle subscription this often
+	healthEvery     = 30 * time.Second // default: PING an idle subscription this often
 )
 
 var errClosed = errors.New("locking: client closed")
 
 func newNotifier(rdb redis.UniversalClient, log *slog.Logger, callTimeout time.Duration) *notifier {
 	return &notifier{rdb: rdb, log: log, callTimeout: callTimeout,
-		channels: map[string]*channelState{}, quit: make(chan struct{})}
+		channels: map[string]*channelState{}, quit: make(chan struct{}), healthEvery: healthEvery}
 }
 
 // queued reports whether channel has waiters: an Obtain of this Client then queues behind

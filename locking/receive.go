@@ -16,6 +16,7 @@ func (n *notifier) receive(ps *redis.PubSub) {
 	defer close(n.done)
 	ctx := context.Background()
 	lastHeard := time.Now()
+	var pinged time.Time // when an unanswered PING was sent
 	failures := 0
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, receivePoll)
@@ -26,9 +27,16 @@ func (n *notifier) receive(ps *redis.PubSub) {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				n.sweep(ps)
-				if time.Since(lastHeard) > healthEvery {
+				switch {
+				case !pinged.IsZero() && time.Since(pinged) > 2*max(n.callTimeout, receivePoll):
+					// No PONG: the connection is dead without having said so (no RST).
+					if ps = n.resubscribe(ps); ps == nil {
+						return
+					}
+					pinged, lastHeard = time.Time{}, time.Now()
+				case pinged.IsZero() && time.Since(lastHeard) > n.healthEvery:
 					n.ping(ps)
-					lastHeard = time.Now()
+					pinged = time.Now()
 				}
 				continue
 			}
@@ -51,7 +59,7 @@ func (n *notifier) receive(ps *redis.PubSub) {
 			continue
 		}
 		failures = 0
-		lastHeard = time.Now()
+		lastHeard, pinged = time.Now(), time.Time{}
 		switch m := msg.(type) {
 		case *redis.Message:
 			n.mu.Lock()
@@ -128,4 +136,30 @@ func (n *notifier) ping(ps *redis.PubSub) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.callTimeout)
 	defer cancel()
 	_ = ps.Ping(ctx) // a failure surfaces as a receive error, which reconnects
+}
+
+// resubscribe replaces a silently dead subscription with a new one on every channel, and
+// wakes all waiters (messages may have been missed). It returns the new subscription, or nil
+// after close.
+func (n *notifier) resubscribe(old *redis.PubSub) *redis.PubSub {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	ps := n.rdb.Subscribe(context.Background())
+	n.ps = ps
+	for ch, st := range n.channels {
+		if st.confirmed {
+			st.confirmed, st.ready = false, make(chan struct{})
+		}
+		n.subs.Add(1)
+		go n.subscribe(ps, ch)
+	}
+	n.wakeAllLocked()
+	n.mu.Unlock()
+	n.resubscribes.Add(1)
+	n.log.Warn("locking: subscription unresponsive, reconnecting")
+	_ = old.Close()
+	return ps
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/redistest"
 )
 
 // waitersOn returns how many waiters c has registered on key's channel.
@@ -143,4 +145,47 @@ func TestClose(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 	assert.NoError(t, l.Err(), "Close does not release held locks")
 	require.NoError(t, l.Release(ctx))
+}
+
+// A subscription that stops answering (no PONG) is replaced, and waiters are still woken by
+// release messages afterwards.
+func TestUnresponsiveSubscriptionReplaced(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &Options{Lease: 10 * time.Second})
+	c.notify.healthEvery = 100 * time.Millisecond
+	holder := newClient(t, srv, &Options{Lease: 10 * time.Second})
+	ctx := ctxT(t, 20*time.Second)
+	key := uniqueKey(t)
+	l, err := holder.Obtain(ctx, key)
+	require.NoError(t, err)
+	entered := make(chan *Lock, 1)
+	go func() {
+		w, err := c.Obtain(ctx, key)
+		assert.NoError(t, err)
+		entered <- w
+	}()
+	waitForWaiters(t, c, key, 1)
+	require.Eventually(t, func() bool { return c.notify.sleeping.Load() == 1 }, 2*time.Second, time.Millisecond)
+
+	srv.Pause()
+	require.Eventually(t, func() bool { return c.notify.resubscribes.Load() >= 1 }, 8*time.Second, 5*time.Millisecond)
+	srv.Resume() // before the woken waiter's attempt times out
+	require.Eventually(t, func() bool {
+		c.notify.mu.Lock()
+		defer c.notify.mu.Unlock()
+		st := c.notify.channels[c.keysFor(key).channel]
+		return st != nil && st.confirmed
+	}, 3*time.Second, time.Millisecond, "subscribed again")
+	require.Eventually(t, func() bool { return c.notify.sleeping.Load() == 1 }, 3*time.Second, time.Millisecond)
+
+	byMessage := c.notify.wokenByMessage.Load()
+	require.NoError(t, l.Release(ctx))
+	select {
+	case w := <-entered:
+		require.NoError(t, w.Release(ctx))
+	case <-time.After(3 * time.Second):
+		t.Fatal("waiter not woken after the subscription was replaced")
+	}
+	assert.Greater(t, c.notify.wokenByMessage.Load(), byMessage)
 }
