@@ -216,3 +216,37 @@ func TestIncludeScripts(t *testing.T) {
 	assert.Equal(t, "a\nX\nb", include("a\n--#include x\nb", "x", "X"))
 	assert.Panics(t, func() { include("no line", "x", "X") })
 }
+
+func TestFairSpinMode(t *testing.T) {
+	c := newClient(t, nil, &Options{Spin: &SpinOptions{MaxBackoff: 5 * time.Millisecond}})
+	ctx := ctxT(t, 10*time.Second)
+	key := uniqueKey(t)
+	first, err := c.ObtainFair(ctx, key)
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.ObtainFair(ctx, key)
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			assert.NoError(t, l.Release(ctx))
+		}()
+		waitQueued(t, c, key, int64(i+1))
+	}
+	require.NoError(t, first.Release(ctx))
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, order, "polling waiters keep their places too")
+	c.notify.mu.Lock()
+	assert.Nil(t, c.notify.ps, "spin mode never subscribes")
+	c.notify.mu.Unlock()
+}
