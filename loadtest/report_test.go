@@ -84,6 +84,16 @@ func TestFakeWrongStrategyFails(t *testing.T) {
 	assert.True(t, g.Failed)
 	assert.Equal(t, 1, rep.ExitCode)
 	assert.Equal(t, []string{"guard"}, rep.Failed)
+
+	path := filepath.Join(t.TempDir(), "r.html")
+	require.NoError(t, rep.WriteHTML(path))
+	page, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(page), "guard is called safe but broke an invariant")
+	var buf bytes.Buffer
+	rep.WriteTable(&buf)
+	assert.Contains(t, buf.String(), "ORDER MISMATCH (FAIL: called safe)")
+	assert.Contains(t, buf.String(), "names strategy")
 }
 
 func TestFakeOrdersWithout201(t *testing.T) {
