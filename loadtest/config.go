@@ -72,7 +72,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Stock, "stock", 100, "initial stock of every item")
 	fs.IntVar(&c.Requests, "requests", 2000, "purchases per strategy")
 	fs.DurationVar(&c.Duration, "duration", 0, "run each strategy this long (with -requests: whichever ends first)")
-	fs.IntVar(&c.Concurrency, "concurrency", 32, "closed model: concurrent clients; open model: cap of requests in flight")
+	fs.IntVar(&c.Concurrency, "concurrency", 32, "closed model: concurrent clients; open model: cap of requests in flight (default 1000 with -rate)")
 	fs.Float64Var(&c.Rate, "rate", 0, "open model: purchases per second at a fixed arrival rate (0 = closed model)")
 	fs.IntVar(&c.Quantity, "quantity", 1, "max units per purchase (each asks for 1..quantity)")
 	fs.Float64Var(&c.Hot, "hot", 0.8, "share of purchases on the first (hot) item, 0..1")
@@ -110,6 +110,9 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 		// Small enough for the hot item to sell out during the pause, so that a stale write of
 		// the paused holder, once resumed, puts back stock that is then sold a second time.
 		c.Stock = 50
+	}
+	if c.Rate > 0 && !set["concurrency"] {
+		c.Concurrency = 1000 // open model: a cap of requests in flight, not a number of clients
 	}
 	if targets != "" {
 		if set["instances"] {

@@ -172,6 +172,15 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 	}
 	for _, s := range r.Strategies {
+		if s.Missed > 0 {
+			fmt.Fprintf(w, "%s: %d arrivals dropped: %d requests were already in flight (raise -concurrency)\n",
+				s.Strategy, s.Missed, c.Concurrency)
+		}
+		if s.Unresolved > 0 {
+			fmt.Fprintf(w, "%s: %d timed-out requests got no answer when replayed either\n", s.Strategy, s.Unresolved)
+		}
+	}
+	for _, s := range r.Strategies {
 		if s.Failed {
 			for _, v := range s.Violations {
 				fmt.Fprintf(w, "%s: %s\n", s.Strategy, v)
