@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,4 +230,53 @@ func TestConcurrentOpenFromProcesses(t *testing.T) {
 	var count int64
 	require.NoError(t, db.Model(&models.Item{}).Count(&count).Error)
 	assert.EqualValues(t, len(models.DemoItems()), count)
+}
+
+func TestDSNParametersWin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.db")
+	db, err := models.Open(context.Background(), "file:"+path+"?_busy_timeout=1234", models.WithMaxOpenConns(2))
+	require.NoError(t, err)
+	defer models.Close(db)
+	var v string
+	require.NoError(t, db.Raw("PRAGMA busy_timeout").Row().Scan(&v))
+	assert.Equal(t, "1234", v)
+	require.NoError(t, db.Raw("PRAGMA journal_mode").Row().Scan(&v))
+	assert.Equal(t, "wal", v, "the other defaults still apply")
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	assert.Equal(t, 2, sqlDB.Stats().MaxOpenConnections)
+}
+
+func TestLoggerAndErrorHelpers(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	db, _ := openFile(t, models.WithLogger(log))
+
+	err := db.Exec("INSERT INTO no_such_table VALUES (1)").Error
+	require.Error(t, err)
+	assert.False(t, models.IsBusy(err))
+	assert.False(t, models.IsUnavailable(err), "a bad statement is not an outage")
+	assert.Contains(t, buf.String(), "no_such_table", "failed statements are logged at debug")
+
+	require.NoError(t, models.Close(db))
+	err = db.Exec("SELECT 1").Error
+	assert.True(t, models.IsUnavailable(err), "closed: %v", err)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
