@@ -12,8 +12,9 @@ import (
 )
 
 // fakeStore is an in-memory storefront speaking the HTTP contract, for tests of the report and
-// verdict logic that need no real server. "naive" reads, works and writes without a lock (so it
-// oversells); every other strategy is exact. Faults can be injected.
+// verdict logic that need no real server. "naive" reads, works and writes the stock it read (so
+// it oversells); every other strategy works, then decides on the current stock. One key never
+// gets two orders. Faults can be injected.
 type fakeStore struct {
 	mu       sync.Mutex
 	token    string
@@ -149,18 +150,24 @@ func (f *fakeStore) purchase(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stock := it.Stock
-	if strategy == "naive" { // read, then work and write without holding anything
+	f.mu.Unlock()
+	if stock < body.Quantity {
+		writeErr(w, 409, "sold_out")
+		return
+	}
+	time.Sleep(work) // naive: between its read and its write; the others: before they decide
+	f.mu.Lock()
+	if rc, ok := f.byKey[key]; ok { // a concurrent request with this key won
 		f.mu.Unlock()
-		if stock < body.Quantity {
+		writeJSON(w, 200, rc)
+		return
+	}
+	if strategy != "naive" { // exact: decide on the current stock
+		if stock = it.Stock; stock < body.Quantity {
+			f.mu.Unlock()
 			writeErr(w, 409, "sold_out")
 			return
 		}
-		time.Sleep(work)
-		f.mu.Lock()
-	} else if stock < body.Quantity {
-		f.mu.Unlock()
-		writeErr(w, 409, "sold_out")
-		return
 	}
 	it.Stock = stock - body.Quantity
 	f.nextID++

@@ -130,6 +130,43 @@ func TestFakeOpenModel(t *testing.T) {
 	assert.Equal(t, VerdictSafe, g.Verdict)
 }
 
+func TestFakeTimeoutsAreReconciled(t *testing.T) {
+	_, srv := newFake(t, true)
+	cfg := fakeConfig("guard")
+	cfg.Requests, cfg.Concurrency, cfg.Retry, cfg.Stock = 30, 5, 0, 100
+	cfg.Work, cfg.Timeout = 300*time.Millisecond, 100*time.Millisecond // every first answer is lost
+	rep, err := RunTargets(context.Background(), cfg, []string{srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	g := rep.Strategies[0]
+	assert.Equal(t, map[string]int{"timeout": 30}, g.ErrorsByCode)
+	assert.Equal(t, 30, g.Replays)
+	assert.Zero(t, g.Unresolved)
+	assert.Equal(t, 30, g.Created+g.Replayed, "each replay finds the original's order (200) or makes it (201)")
+	assert.Equal(t, 30, g.SoldUnits)
+	assert.Equal(t, VerdictSafe, g.Verdict, g.Violations)
+}
+
+func TestSettled(t *testing.T) {
+	timeout := purchaseResult{Code: "timeout"}
+	busy := purchaseResult{Status: 503, Code: "lock_timeout"}
+	ok := purchaseResult{Status: 201}
+	for _, c := range []struct {
+		attempts, replays []purchaseResult
+		want              bool
+	}{
+		{[]purchaseResult{ok}, nil, true},
+		{[]purchaseResult{busy}, nil, true},
+		{[]purchaseResult{timeout}, nil, false},
+		{[]purchaseResult{busy, timeout}, nil, false}, // the copy may have sold
+		{[]purchaseResult{timeout, ok}, nil, true},
+		{[]purchaseResult{timeout}, []purchaseResult{timeout}, false},
+		{[]purchaseResult{timeout}, []purchaseResult{timeout, busy}, true},
+	} {
+		p := &purchase{Attempts: c.attempts, Replays: c.replays}
+		assert.Equal(t, c.want, p.settled(), "%+v / %+v", c.attempts, c.replays)
+	}
+}
+
 func TestCheckFindsEachViolation(t *testing.T) {
 	key := func(s string) *string { return &s }
 	ok201 := func(k string, id int64) *purchase {

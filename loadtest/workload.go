@@ -22,19 +22,24 @@ type purchase struct {
 	Replays  []purchaseResult
 }
 
-// answered reports whether some attempt or replay got an HTTP answer.
-func (p *purchase) answered() bool {
-	for _, r := range p.Attempts {
-		if r.Status != 0 {
+// settled reports whether the outcome of the purchase is known: some attempt or replay got a
+// 2xx answer (an order, with its id), or every one got an HTTP answer (errors write nothing).
+// A purchase with no 2xx and a request without answer (a client timeout) may or may not have
+// an order: it is replayed.
+func (p *purchase) settled() bool {
+	unanswered := false
+	for _, r := range append(append([]purchaseResult{}, p.Attempts...), p.Replays...) {
+		if r.Status >= 200 && r.Status < 300 {
 			return true
 		}
-	}
-	for _, r := range p.Replays {
-		if r.Status != 0 {
-			return true
+		if r.Status == 0 {
+			unanswered = true
 		}
 	}
-	return false
+	if len(p.Replays) > 0 { // only the last replay tells: the earlier ones had no answer
+		return p.Replays[len(p.Replays)-1].Status != 0
+	}
+	return !unanswered
 }
 
 // spec is what the generator decides for one purchase.
@@ -227,24 +232,20 @@ func (w *workload) runOpen(ctx, runCtx context.Context, limit int, seed int64) {
 	wg.Wait()
 }
 
-// reconcile replays, with the same key, every purchase none of whose attempts got an HTTP answer
-// (a client timeout): a 200 shows the original did create an order, a 201 that it did not and
-// the replay did, an error that nothing was sold. Bounded: 3 tries per purchase.
+// reconcile replays, with the same key, every purchase whose outcome is unknown (no 2xx, and a
+// request lost to a client timeout): a 200 shows the original did create an order, a 201 that it
+// did not and the replay did, an error that nothing was sold. Bounded: 3 tries per purchase.
 func (w *workload) reconcile(ctx context.Context) (replayed, unresolved int) {
 	for _, p := range w.results {
-		if p.answered() {
+		if p.settled() {
 			continue
 		}
 		replayed++
 		req := purchaseReq{ItemID: p.ItemID, Quantity: p.Quantity, Key: p.Key, Strategy: w.strategy}
-		for try := 0; try < 3 && ctx.Err() == nil; try++ {
-			r := w.apis[(p.Instance+try)%len(w.apis)].purchase(ctx, req)
-			p.Replays = append(p.Replays, r)
-			if r.Status != 0 {
-				break
-			}
+		for try := 0; try < 3 && ctx.Err() == nil && !p.settled(); try++ {
+			p.Replays = append(p.Replays, w.apis[(p.Instance+try)%len(w.apis)].purchase(ctx, req))
 		}
-		if !p.answered() {
+		if !p.settled() {
 			unresolved++
 		}
 	}
