@@ -131,3 +131,14 @@ func TestObtainWaitLimitAndContext(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotObtained)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+func TestHolderWithoutExpiryIsNotPolledFast(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, &Options{Lease: 10 * time.Second})
+	ctx := ctxT(t, 5*time.Second)
+	key := uniqueKey(t)
+	require.NoError(t, c.rdb.HSet(ctx, c.keysFor(key).hash, newOwner(), 1).Err()) // no PEXPIRE
+	_, err := c.Obtain(ctx, key, WithWait(300*time.Millisecond))
+	assert.ErrorIs(t, err, ErrNotObtained)
+	assert.Zero(t, c.notify.wokenByTimer.Load(), "slept for a lease, not 1ms at a time")
+}

@@ -107,6 +107,9 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 		return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", k.name, res)
 	}
 	if res[0] != 1 {
+		if res[1] == -1 { // a lock hash without expiry (set by hand?): do not poll it fast
+			return nil, c.lease, nil
+		}
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
 	}
 	return c.newHold(k, owner, res[1], nil, sent, start), 0, nil
