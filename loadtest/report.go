@@ -167,7 +167,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "chaos %s: %s\n", s.Strategy, s.Chaos)
 			if s.Strategy == "lock" && s.Chaos.Confirmed && s.Verdict == VerdictSafe {
 				fmt.Fprintln(w, "  lock stayed SAFE this time: on resume its watchdog declared the loss before the holder's"+
-					" write (a race it wins about half the time); run again to see the stale write oversell")
+					" write (a race it wins in some runs); run again to see the stale write oversell")
 			}
 		}
 	}
