@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,10 +25,13 @@ var ErrNoNodes = errors.New("locking: redlock has no nodes")
 // replication between them): a lock is held when a majority, N/2+1, of the nodes hold it.
 //
 // An attempt runs the core acquire script on every node in parallel, each call bounded by
-// CallTimeout (small against the lease; at most Lease/4). It succeeds when a quorum took the
-// key and the validity left, Lease − elapsed − drift (drift = 1% of Lease + 2ms), is still
-// positive; otherwise it releases the key on every node it may have taken and, when waiting,
-// retries after a random backoff (spin mode; pub/sub across N nodes is not attempted). The
+// CallTimeout, which for a Redlock defaults to Lease/100 (at least 100ms, at most a Client's
+// default; 300ms for the default lease): small against the lease. It succeeds when a quorum took the key and the validity
+// left, Lease − elapsed − drift (drift = 1% of Lease + 2ms), is still positive; it does not
+// wait for the slower nodes then (a black-holed minority costs nothing). Otherwise it
+// releases the key on every node it may have taken and, when waiting, retries after a
+// random backoff (spin mode; pub/sub across N nodes is not attempted). Release, too, returns
+// once a quorum released. The
 // watchdog renews the key on every node and counts a renewal done when a quorum extended it;
 // it declares the lock lost as soon as a quorum is impossible, or when renewals failed until
 // Lease − drift − CallTimeout after the last good one was sent.
@@ -75,6 +77,9 @@ func NewRedlock(nodes []redis.UniversalClient, opts *Options) *Redlock {
 		if enabled, known := contextTimeoutEnabled(n); known && !enabled {
 			c.log.Warn("locking: redlock node has ContextTimeoutEnabled off; call timeouts are not enforced", "node", i)
 		}
+	}
+	if opts == nil || opts.CallTimeout <= 0 { // per node: small against the lease
+		c.callTimeout = min(c.callTimeout, max(c.lease/100, 2*minCallTimeout))
 	}
 	r := &Redlock{c: c, nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1}
 	r.ops = &kindOps{release: r.release, forget: r.forget, ttl: r.ttl, renew: r.renew}
@@ -128,18 +133,46 @@ type nodeReply struct {
 	err error
 }
 
-// each calls f on every node in parallel, each call bounded by CallTimeout and ctx, and
-// returns the replies in node order.
-func (r *Redlock) each(ctx context.Context, nodes []int, f func(ctx context.Context, rdb redis.UniversalClient) nodeReply) []nodeReply {
-	cctx, cancel := context.WithTimeout(ctx, r.c.callTimeout)
-	defer cancel()
-	out := make([]nodeReply, len(r.nodes))
-	var wg sync.WaitGroup
-	for _, i := range nodes {
-		wg.Go(func() { out[i] = f(cctx, r.nodes[i]) })
+// each calls f on the given nodes in parallel, each call bounded by CallTimeout and ctx, and
+// returns the replies in node order with which nodes answered. It returns once every node
+// answered, or as soon as decided (when not nil), called with each reply in turn, reports
+// that the replies so far settle the outcome, so that a black-holed node costs nothing then.
+// The calls still running then go on, bounded by CallTimeout only (not by ctx, which the
+// caller may end as soon as it has the answer); done is closed when all have ended.
+func (r *Redlock) each(ctx context.Context, nodes []int, f func(ctx context.Context, rdb redis.UniversalClient) nodeReply,
+	decided func(nodeReply) bool) (replies []nodeReply, got []bool, done <-chan struct{}) {
+	if decided != nil {
+		ctx = context.WithoutCancel(ctx)
 	}
-	wg.Wait()
-	return out
+	cctx, cancel := context.WithTimeout(ctx, r.c.callTimeout)
+	type result struct {
+		i   int
+		rep nodeReply
+	}
+	ch := make(chan result, len(nodes)) // buffered: a call finishing after the return never blocks
+	for _, i := range nodes {
+		go func() { ch <- result{i, f(cctx, r.nodes[i])} }()
+	}
+	out := make([]nodeReply, len(r.nodes))
+	got = make([]bool, len(r.nodes))
+	finished := make(chan struct{})
+	for n := range nodes {
+		res := <-ch
+		out[res.i], got[res.i] = res.rep, true
+		if decided != nil && decided(res.rep) && n < len(nodes)-1 {
+			go func() { // the others still run: end their context once they are done
+				for range len(nodes) - 1 - n {
+					<-ch
+				}
+				cancel()
+				close(finished)
+			}()
+			return out, got, finished
+		}
+	}
+	cancel()
+	close(finished)
+	return out, got, finished
 }
 
 func (r *Redlock) all() []int {
@@ -154,13 +187,21 @@ func (r *Redlock) all() []int {
 // quorum to the token, check the validity. On failure it releases every node it may hold.
 func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64, start time.Time) (*Lock, time.Duration, error) {
 	sent := time.Now()
-	replies := r.each(ctx, r.all(), func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
+	taken := 0
+	replies, got, late := r.each(ctx, r.all(), func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
 		res, err := acquireScript.Run(ctx, rdb, []string{k.hash, k.fence},
 			owner, r.c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0").Int64Slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
 		return nodeReply{res: res, err: err}
+	}, func(rep nodeReply) bool {
+		// Done once a quorum took the key. A failure waits for every node, so that the
+		// clean-up below releases each node the attempt took, late replies included.
+		if rep.err == nil && rep.res[0] == 1 {
+			taken++
+		}
+		return taken >= r.quorum
 	})
 	var (
 		held, touched []int
@@ -171,9 +212,11 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 	)
 	for i, rep := range replies {
 		switch {
-		case rep.err != nil:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
-			touched = append(touched, i) // the reply may be lost, not the acquire
+		case !got[i] || rep.err != nil:
+			if rep.err != nil {
+				errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
+			}
+			touched = append(touched, i) // the reply may be lost or late, not the acquire
 		case rep.res[0] == 1:
 			answered++
 			held, touched = append(held, i), append(touched, i)
@@ -188,12 +231,12 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 	if len(held) >= r.quorum {
 		held = r.raiseFences(ctx, k, token, held, replies)
 		if len(held) >= r.quorum && r.c.lease-time.Since(sent)-drift(r.c.lease) > 0 {
-			return r.c.newHold(k, owner, token, r.ops, sent, start), 0, nil
+			return r.c.newHold(k, owner, token, r.opsAfter(late, got), sent, start), 0, nil
 		}
 	}
 	if len(touched) > 0 {
 		cctx, cancel := r.c.bestEffort(ctx)
-		r.releaseOn(cctx, k, owner, touched)
+		r.releaseOn(cctx, k, owner, touched, false)
 		cancel()
 	}
 	if ctx.Err() != nil {
@@ -218,24 +261,36 @@ func (r *Redlock) raiseFences(ctx context.Context, k keys, token int64, held []i
 	if len(behind) == 0 {
 		return held
 	}
-	raised := r.each(ctx, behind, func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
+	raised, _, _ := r.each(ctx, behind, func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
 		n, err := fenceMaxScript.Run(ctx, rdb, []string{k.fence}, token).Int64()
 		return nodeReply{n: n, err: err}
-	})
+	}, nil)
 	return slices.DeleteFunc(held, func(i int) bool {
 		return slices.Contains(behind, i) && (raised[i].err != nil || raised[i].n < token)
 	})
 }
 
 // releaseOn releases owner's key on the given nodes (every hold) and returns how many nodes
-// released it, how many found it not theirs, and the errors.
-func (r *Redlock) releaseOn(ctx context.Context, k keys, owner string, nodes []int) (released, notOurs int, errs []error) {
-	replies := r.each(ctx, nodes, func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
+// released it, how many found it not theirs, and the errors. With early it returns once a
+// quorum released (the other calls go on).
+func (r *Redlock) releaseOn(ctx context.Context, k keys, owner string, nodes []int, early bool) (released, notOurs int, errs []error) {
+	var decided func(nodeReply) bool
+	if early {
+		n := 0
+		decided = func(rep nodeReply) bool {
+			if rep.err == nil && rep.n >= 0 {
+				n++
+			}
+			return n >= r.quorum
+		}
+	}
+	replies, got, _ := r.each(ctx, nodes, func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
 		n, err := releaseScript.Run(ctx, rdb, []string{k.hash}, owner, k.channel, "1").Int64()
 		return nodeReply{n: n, err: err}
-	})
+	}, decided)
 	for _, i := range nodes {
 		switch rep := replies[i]; {
+		case !got[i]:
 		case rep.err != nil:
 			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
 		case rep.n < 0:
@@ -253,7 +308,7 @@ func (r *Redlock) release(ctx context.Context, h *hold, last bool) (int64, error
 	if !last {
 		return 1, nil
 	}
-	released, _, errs := r.releaseOn(ctx, h.k, h.owner, r.all())
+	released, _, errs := r.releaseOn(ctx, h.k, h.owner, r.all(), true)
 	switch {
 	case released >= r.quorum:
 		return 0, nil
@@ -263,19 +318,57 @@ func (r *Redlock) release(ctx context.Context, h *hold, last bool) (int64, error
 	return -1, nil
 }
 
+// opsAfter returns the ops of a lock whose acquire calls on the nodes slow are still
+// running until late is closed. Once the lock is released (or forgotten), those nodes are
+// released again after their calls end (at most CallTimeout later, in the background), so
+// that a late acquire landing after the release does not leave the key behind for a lease.
+func (r *Redlock) opsAfter(late <-chan struct{}, got []bool) *kindOps {
+	var slow []int
+	for i, ok := range got {
+		if !ok {
+			slow = append(slow, i)
+		}
+	}
+	if len(slow) == 0 {
+		return r.ops
+	}
+	again := func(h *hold) {
+		go func() {
+			<-late
+			ctx, cancel := r.c.bestEffort(context.Background())
+			defer cancel()
+			r.releaseOn(ctx, h.k, h.owner, slow, false)
+		}()
+	}
+	ops := *r.ops
+	ops.release = func(ctx context.Context, h *hold, last bool) (int64, error) {
+		if last {
+			defer again(h)
+		}
+		return r.release(ctx, h, last)
+	}
+	ops.forget = func(ctx context.Context, h *hold) {
+		defer again(h)
+		r.forget(ctx, h)
+	}
+	return &ops
+}
+
 func (r *Redlock) forget(ctx context.Context, h *hold) {
 	cctx, cancel := r.c.bestEffort(ctx)
 	defer cancel()
-	r.releaseOn(cctx, h.k, h.owner, r.all())
+	r.releaseOn(cctx, h.k, h.owner, r.all(), false)
 }
 
 // renew extends the key on every node: held while a quorum extended it, lost at once when a
 // quorum can no longer be reached.
 func (r *Redlock) renew(ctx context.Context, h *hold) (bool, error) {
-	replies := r.each(ctx, r.all(), func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
+	// Every node is waited for (no early return), so that each node the lock was taken on
+	// keeps it as long as it answers.
+	replies, _, _ := r.each(ctx, r.all(), func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
 		n, err := renewScript.Run(ctx, rdb, []string{h.k.hash}, h.owner, r.c.lease.Milliseconds()).Int64()
 		return nodeReply{n: n, err: err}
-	})
+	}, nil)
 	var ok, gone int
 	var errs []error
 	for i, rep := range replies {
@@ -299,10 +392,10 @@ func (r *Redlock) renew(ctx context.Context, h *hold) (bool, error) {
 
 // ttl is the validity left: the quorum-th longest remaining lease over the nodes, less drift.
 func (r *Redlock) ttl(ctx context.Context, h *hold) (time.Duration, error) {
-	replies := r.each(ctx, r.all(), func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
+	replies, _, _ := r.each(ctx, r.all(), func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
 		n, err := ttlScript.Run(ctx, rdb, []string{h.k.hash}, h.owner).Int64()
 		return nodeReply{n: n, err: err}
-	})
+	}, nil)
 	var ttls []time.Duration
 	var errs []error
 	for i, rep := range replies {
