@@ -60,7 +60,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of POST /api/admin/reset; empty: a random one, logged once")
 	fs.BoolVar(&c.demo, "demo", false, "accept X-Strategy and X-Simulated-Work, serve /api/debug/locks")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
-	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envOf[f.Name] + "]" })
 	fs.Usage = func() {
