@@ -235,6 +235,7 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 		}
 	}
 	if len(touched) > 0 {
+		<-late // a release must not overtake a late acquire (at most CallTimeout)
 		cctx, cancel := r.c.bestEffort(ctx)
 		r.releaseOn(cctx, k, owner, touched, false)
 		cancel()
