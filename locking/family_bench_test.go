@@ -16,6 +16,14 @@ import (
 // wait before entry (p50, p99), the handoff latency (from the start of a Release to the next
 // entry, p50 and p99) and the Redis commands per section summed over every node.
 
+// BenchmarkLock32 is the core lock under this workload, for comparison (BenchmarkContended32
+// measures the same without the handoff latency).
+func BenchmarkLock32(b *testing.B) {
+	c := newClient(b, nil, nil)
+	key := uniqueKey(b)
+	benchFamily(b, func(ctx context.Context) (*Lock, error) { return c.Obtain(ctx, key) }, c.rdb)
+}
+
 // BenchmarkFair32 is the fair lock: FIFO queue, one wake-up per release, to the head.
 func BenchmarkFair32(b *testing.B) {
 	c := newClient(b, nil, nil)
