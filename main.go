@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/handlers"
 	"github.com/stockguard/stockguard/inventory"
@@ -32,6 +33,13 @@ import (
 
 // lockKeyPrefix is the Redis key prefix of item locks (CONTRACTS.md: the load test reads it).
 const lockKeyPrefix = "stockguard:lock:"
+
+// redlockKeyPrefix and inflightKeyPrefix keep the Redlock keys and the admission semaphore
+// apart from the single-node item locks (a Redlock node may be the same Redis).
+const (
+	redlockKeyPrefix  = "stockguard:redlock:"
+	inflightKeyPrefix = "stockguard:inflight:"
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -88,29 +96,52 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 
 	metrics := handlers.NewMetrics(prometheus.NewRegistry())
 	held := &handlers.LockSet{}
-	lockClient := locking.New(rb.client, &locking.Options{
-		KeyPrefix: lockKeyPrefix,
-		Lease:     cfg.lockLease,
-		Wait:      cfg.lockWait,
-		Logger:    logger.With("component", "locking"),
-		Hooks:     handlers.JoinHooks(metrics.LockHooks(), held.Hooks()),
-	})
+
+	lockOpts := func(prefix, component string) *locking.Options {
+		return &locking.Options{
+			KeyPrefix: prefix,
+			Lease:     cfg.lockLease,
+			Wait:      cfg.lockWait,
+			Logger:    logger.With("component", component),
+			Hooks:     handlers.JoinHooks(metrics.LockHooks(), held.Hooks()),
+		}
+	}
+	lockClient := locking.New(rb.client, lockOpts(lockKeyPrefix, "locking"))
 	defer closeLogged(logger, "lock client", lockClient.Close)
+	var redlock inventory.Locker
+	if len(rb.nodes) > 1 {
+		nodes := make([]redis.UniversalClient, len(rb.nodes))
+		for i, n := range rb.nodes {
+			nodes[i] = n
+		}
+		rl := locking.NewRedlock(nodes, lockOpts(redlockKeyPrefix, "redlock"))
+		defer closeLogged(logger, "redlock", rl.Close)
+		redlock = inventory.NewRedlockLocker(rl)
+		notice(logger, "redlock", "nodes", len(nodes), "quorum", rl.Quorum(), "strategy", inventory.StrategyRedlockGuard)
+	}
+	var admission inventory.Admission
+	if cfg.maxInflight > 0 {
+		sem := locking.NewSemaphore(rb.client, cfg.maxInflight, &locking.Options{
+			KeyPrefix: inflightKeyPrefix,
+			Lease:     cfg.lockLease,
+			Logger:    logger.With("component", "admission"),
+		})
+		defer closeLogged(logger, "admission semaphore", sem.Close)
+		admission = inventory.NewAdmission(sem, 0)
+		notice(logger, "admission limit", "max_inflight_per_item", cfg.maxInflight)
+	}
 
 	svc, err := inventory.NewService(inventory.Config{
-		DB:      db,
-		Locker:  inventory.NewLocker(lockClient),
-		Redlock: redlockLocker(rb, cfg, logger),
-		Default: cfg.strategy,
-		Logger:  logger.With("component", "inventory"),
-		Ping:    func(ctx context.Context) error { return rb.client.Ping(ctx).Err() },
+		DB:        db,
+		Locker:    inventory.NewLocker(lockClient),
+		Redlock:   redlock,
+		Admission: admission,
+		Default:   cfg.strategy,
+		Logger:    logger.With("component", "inventory"),
+		Ping:      func(ctx context.Context) error { return rb.client.Ping(ctx).Err() },
 	})
 	if err != nil {
 		return err
-	}
-	if cfg.maxInflight > 0 {
-		// Seam for issue 6: an admission semaphore goes into inventory.Config.Admission.
-		logger.Warn("--max-inflight-per-item is not implemented yet; no admission limit", "value", cfg.maxInflight)
 	}
 
 	token := cfg.adminToken
@@ -169,18 +200,6 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 
 // inventoryMaxWork is the longest simulated work of a demo purchase.
 const inventoryMaxWork = inventory.MaxWork
-
-// redlockLocker is the seam of issue 6: with several --redis URLs it will return a Redlock
-// over rb.nodes so that the redlock+guard strategy is offered. Until then it returns nil
-// (redlock+guard is not offered) and the first URL serves the single-node lock.
-func redlockLocker(rb *redisBackend, cfg config, logger *slog.Logger) inventory.Locker {
-	if len(rb.nodes) > 1 {
-		logger.Warn("several Redis URLs given, but Redlock is not available yet: the first node serves the lock",
-			"nodes", len(rb.nodes))
-	}
-	_ = cfg
-	return nil
-}
 
 // randomToken returns 32 random hex characters.
 func randomToken() string {
