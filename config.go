@@ -104,8 +104,8 @@ func (c config) validate() error {
 		return fmt.Errorf("unknown strategy %q", c.strategy)
 	case c.lockLease < 100*time.Millisecond:
 		return fmt.Errorf("--lock-lease %s is too short (at least 100ms)", c.lockLease)
-	case c.lockWait < 0:
-		return fmt.Errorf("--lock-wait %s is negative", c.lockWait)
+	case c.lockWait <= 0:
+		return fmt.Errorf("--lock-wait %s must be positive", c.lockWait)
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
 	case c.shutdownTimeout <= 0:

@@ -353,3 +353,55 @@ func TestClosedLockClientIsUnavailable(t *testing.T) {
 	_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard})
 	assert.ErrorIs(t, err, inventory.ErrUnavailable)
 }
+
+// A twin token: holder A got token T, Redis then lost its counter (FLUSHALL) before A wrote,
+// and B, floored by the stored fence that does not know T yet, got T as well. B writes first;
+// A's write with the same token is refused by the strict fence (fence_token < T), and its
+// retry takes a new lock and a greater token. No two orders ever carry one token.
+func TestTwinTokenAfterCounterLossIsRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t)
+	rdb := warmClient(t, srv)
+	lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	const marker = 50 * time.Millisecond // A's work: B buys in the middle of it
+	var s *inventory.Service
+	var bToken int64
+	var once sync.Once
+	var buyInTheMiddle func(ctx context.Context) error
+	sleep := func(ctx context.Context, d time.Duration) (err error) {
+		if d != marker {
+			return nil
+		}
+		once.Do(func() { err = buyInTheMiddle(ctx) })
+		return err
+	}
+	buyInTheMiddle = func(ctx context.Context) error {
+		require.NoError(t, rdb.FlushAll(ctx).Err())
+		rec, err := s.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: 1, Quantity: 1, Strategy: inventory.StrategyLockGuard})
+		require.NoError(t, err, "B buys while A works")
+		bToken = rec.FenceToken
+		return nil
+	}
+	s = newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Sleep: sleep})
+	id := resetItems(t, s, 100)[0]
+	require.EqualValues(t, 1, id)
+	for i := 0; i < 3; i++ {
+		_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard})
+		require.NoError(t, err)
+	}
+
+	a, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard, Work: marker})
+	require.NoError(t, err, "A's refused write is retried under a new lock")
+	assert.EqualValues(t, 4, bToken, "B got the twin of A's first token: max(counter 0, floor 3) + 1")
+	assert.Greater(t, a.FenceToken, bToken, "A's retry wrote with a newer token")
+
+	orders := ordersOf(t, s, id)
+	require.Len(t, orders, 5)
+	seen := map[int64]bool{}
+	for _, o := range orders {
+		assert.False(t, seen[o.FenceToken], "token %d written twice", o.FenceToken)
+		seen[o.FenceToken] = true
+	}
+	assert.Equal(t, 5, statsOf(t, s, id).SoldUnits)
+}

@@ -118,13 +118,6 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 	if err != nil {
 		return Receipt{}, err
 	}
-	if s.admission != nil {
-		release, err := s.admission.Acquire(ctx, req.ItemID)
-		if err != nil {
-			return Receipt{}, err
-		}
-		defer release()
-	}
 	p := purchase{
 		itemID:      req.ItemID,
 		quantity:    req.Quantity,
@@ -133,7 +126,7 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 		fingerprint: fingerprint(req.ItemID, req.Quantity),
 	}
 	if p.key == "" {
-		return s.run(ctx, st, name, p)
+		return s.admitAndRun(ctx, st, name, p)
 	}
 
 	// One request per key at a time in this process: a second one waits, then replays.
@@ -145,7 +138,7 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 	if rec, ok, err := s.replay(ctx, p); ok || err != nil {
 		return rec, err
 	}
-	rec, err := s.run(ctx, st, name, p)
+	rec, err := s.admitAndRun(ctx, st, name, p)
 	if err == nil {
 		return rec, nil
 	}
@@ -162,6 +155,19 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 		return Receipt{}, fmt.Errorf("inventory: idempotency key %q collided but no order holds it", p.key)
 	}
 	return Receipt{}, err
+}
+
+// admitAndRun runs the purchase once the admission limit (when configured) lets it in. It
+// comes after the idempotency replay, so replaying a finished purchase is never turned away.
+func (s *Service) admitAndRun(ctx context.Context, st strategy, name string, p purchase) (Receipt, error) {
+	if s.admission != nil {
+		release, err := s.admission.Acquire(ctx, p.itemID)
+		if err != nil {
+			return Receipt{}, err
+		}
+		defer release()
+	}
+	return s.run(ctx, st, name, p)
 }
 
 // replay returns the receipt of the order stored under p.key, if there is one.

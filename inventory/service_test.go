@@ -313,6 +313,26 @@ func TestAdmission(t *testing.T) {
 	assert.EqualValues(t, 10, adm.calls.Load())
 }
 
+// A replay of a finished purchase is answered from its order, even while the item is at its
+// admission limit: the limit guards work, and a replay does none.
+func TestReplayIsNotShedByAdmission(t *testing.T) {
+	db, _ := openDB(t)
+	adm := &countingAdmission{limit: 1}
+	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard, Admission: adm})
+	id := resetItems(t, s, 100)[0]
+	req := inventory.PurchaseRequest{ItemID: id, Quantity: 2, IdempotencyKey: "replay-under-load"}
+	first, err := s.Purchase(t.Context(), req)
+	require.NoError(t, err)
+
+	adm.inFlight.Store(adm.limit) // the item is now at its limit
+	_, err = s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1})
+	require.ErrorIs(t, err, inventory.ErrOverloaded, "new work is shed")
+	again, err := s.Purchase(t.Context(), req)
+	require.NoError(t, err, "the replay is not")
+	assert.True(t, again.Replayed)
+	assert.Equal(t, first.OrderID, again.OrderID)
+}
+
 func TestCancelledPurchaseWritesNothing(t *testing.T) {
 	db, _ := openDB(t)
 	s := newService(t, inventory.Config{DB: db})

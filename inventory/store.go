@@ -86,9 +86,13 @@ func (st store) writeComputed(ctx context.Context, p purchase, strategy string, 
 }
 
 // writeGuarded is the DB guard of guard and lock+guard: the conditional update and the order
-// insert in one short transaction. With fenced, the update also requires fence_token <= token
+// insert in one short transaction. With fenced, the update also requires fence_token < token
 // and sets fence_token = token, so a holder whose lock was taken over by a newer token writes
-// nothing. When no row is updated, one read tells why: ErrNotFound, ErrSoldOut,
+// nothing. The comparison is strict: each hold writes once (a retry takes a new lock and so a
+// new token), and a token equal to the stored one can only be a twin, issued again after
+// Redis lost its counter while the first holder had not written yet (the floor, read from
+// this row, cannot know of a token issued but not yet written). The twin that writes second
+// is refused, so no two writes ever carry one token. When no row is updated, one read tells why: ErrNotFound, ErrSoldOut,
 // ErrInsufficientStock, or (fenced) a stale token, reported as ErrLockLost.
 func (st store) writeGuarded(ctx context.Context, p purchase, strategy string, token int64, fenced bool) (Receipt, error) {
 	var rec Receipt
@@ -97,7 +101,7 @@ func (st store) writeGuarded(ctx context.Context, p purchase, strategy string, t
 		var q *gorm.DB
 		if fenced {
 			q = tx.Raw(`UPDATE items SET stock = stock - ?, fence_token = ?, updated_at = ?
-				WHERE id = ? AND stock >= ? AND fence_token <= ? RETURNING stock`,
+				WHERE id = ? AND stock >= ? AND fence_token < ? RETURNING stock`,
 				p.quantity, token, now, p.itemID, p.quantity, token)
 		} else {
 			q = tx.Raw(`UPDATE items SET stock = stock - ?, updated_at = ?
@@ -127,7 +131,7 @@ func whyNotUpdated(tx *gorm.DB, p purchase, token int64, fenced bool) error {
 	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
 		return err
 	}
-	if fenced && r.FenceToken > token {
+	if fenced && r.FenceToken >= token {
 		return fmt.Errorf("%w: stale fence token %d on item %d (database has seen %d)",
 			ErrLockLost, token, p.itemID, r.FenceToken)
 	}
