@@ -168,8 +168,14 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 	if err != nil {
 		return err
 	}
+	// Requests run under base: cancelling it aborts what is still running when shutdown's
+	// grace period is over (lock waits and simulated work end; transactions are short).
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	running := &inflight{}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           running.wrap(handler),
+		BaseContext:       func(net.Listener) context.Context { return base },
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      cfg.lockWait + 2*inventoryMaxWork + 30*time.Second,
@@ -189,7 +195,15 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
+		// Grace is over: cancel what still runs, close the connections, and wait (bounded)
+		// for the handlers to return before the caller closes the database and Redis.
+		cancelBase()
 		_ = srv.Close()
+		wctx, wcancel := context.WithTimeout(context.Background(), abortWait)
+		defer wcancel()
+		if werr := running.wait(wctx); werr != nil {
+			logger.Error("requests still running after they were cancelled", "waited", abortWait)
+		}
 		return fmt.Errorf("shutdown: in-flight requests did not finish in %s: %w", cfg.shutdownTimeout, err)
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
@@ -197,6 +211,11 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 	}
 	return nil
 }
+
+// abortWait bounds the wait for cancelled requests after the shutdown grace period: a
+// cancelled purchase returns at once, but one inside its short write transaction finishes it
+// (bounded by SQLite's busy timeout).
+const abortWait = 10 * time.Second
 
 // inventoryMaxWork is the longest simulated work of a demo purchase.
 const inventoryMaxWork = inventory.MaxWork
