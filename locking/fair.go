@@ -119,8 +119,8 @@ func (c *Client) fairScript(ctx context.Context, k keys, owner string, all, leav
 		owner, k.channel, flag(all), fk.turn, flag(leave)).Int64()
 }
 
-func (c *Client) fairRelease(ctx context.Context, h *hold, _ bool) (int64, error) {
-	return c.fairScript(ctx, h.k, h.owner, false, false)
+func (c *Client) fairRelease(ctx context.Context, h *hold, last bool) (int64, error) {
+	return c.fairScript(ctx, h.k, h.owner, last, false)
 }
 
 func (c *Client) fairForget(ctx context.Context, h *hold) {

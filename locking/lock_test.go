@@ -142,3 +142,38 @@ func TestHolderWithoutExpiryIsNotPolledFast(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotObtained)
 	assert.Zero(t, c.notify.wokenByTimer.Load(), "slept for a lease, not 1ms at a time")
 }
+
+func TestReleaseWithEndedContextStillDeletesTheKey(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, &Options{Lease: 3 * time.Second})
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"deadline passed", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 50*time.Millisecond)
+		}},
+		{"deadline too short", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 51*time.Millisecond)
+		}},
+		{"cancelled", func() (context.Context, context.CancelFunc) {
+			return context.WithCancel(context.Background())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := uniqueKey(t)
+			reqCtx, cancel := tc.ctx()
+			defer cancel()
+			l, err := c.Obtain(reqCtx, key)
+			require.NoError(t, err)
+			time.Sleep(50 * time.Millisecond) // the request timed out while holding the lock
+			if tc.name == "cancelled" {
+				cancel()
+			}
+			require.NoError(t, l.Release(reqCtx), "defer l.Release(reqCtx) after the request ended")
+			n, err := c.rdb.Exists(context.Background(), c.keysFor(key).hash).Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, "the key is deleted, not left for a lease without a watchdog")
+		})
+	}
+}

@@ -149,21 +149,29 @@ func (c *Client) forget(ctx context.Context, k keys, owner string) {
 	_ = releaseScript.Run(cctx, c.rdb, []string{k.hash}, owner, k.channel, "1").Err()
 }
 
-// errHoldReleased is reenter's answer when every handle of the hold was released.
+// errHoldReleased is reenter's answer when every handle of the hold was released: the
+// caller's context carries a finished lock (it was detached with context.WithoutCancel), and
+// the key is obtained like anyone else's.
 var errHoldReleased = errors.New("locking: hold released")
 
 // reenter adds a hold to h for a caller whose context carries it. It fails with
-// ErrNotObtained joined with ErrLost if the lock was lost, and with errHoldReleased if it was
-// released.
+// errHoldReleased if every handle was released, and with ErrNotObtained joined with ErrLost
+// if the lock was lost.
+//
+// When the call fails after it may have run in Redis (its reply was lost), the hold count
+// it may have added is taken back, without ever freeing the key; should Redis keep counting
+// one hold too many anyway, the last Release drops every hold at once, so the count in Redis
+// never outlives the process's handles. If the failed re-entry was the last handle (the
+// others were released meanwhile), the key is deleted as by the last Release.
 func (h *hold) reenter(ctx context.Context) (*Lock, error) {
 	h.mu.Lock()
-	if h.lost != nil {
-		h.mu.Unlock()
-		return nil, errors.Join(ErrNotObtained, ErrLost)
-	}
 	if h.handles == 0 {
 		h.mu.Unlock()
 		return nil, errHoldReleased
+	}
+	if h.lost != nil {
+		h.mu.Unlock()
+		return nil, errors.Join(ErrNotObtained, ErrLost)
 	}
 	l := h.newHandleLocked()
 	h.mu.Unlock()
@@ -180,9 +188,37 @@ func (h *hold) reenter(ctx context.Context) (*Lock, error) {
 	h.finishLocked(l, ErrNotHeld, ErrNotHeld)
 	h.handles--
 	last := h.handles == 0
+	lost := h.lost
 	h.mu.Unlock()
-	if last {
+	switch {
+	case last:
 		h.wd.stop()
+		h.mu.Lock()
+		lost = h.lost
+		h.mu.Unlock()
+		if err != nil && (lost == nil || !errors.Is(lost, errTaken)) {
+			// The process holds the key no more: delete it, every hold, as the last
+			// Release does, rather than leave it to its lease.
+			if h.ops != nil && h.ops.forget != nil {
+				h.ops.forget(ctx, h)
+			} else {
+				h.c.forget(ctx, h.k, h.owner)
+			}
+		}
+		switch {
+		case lost == nil && err != nil:
+			if f := h.c.hooks.Released; f != nil {
+				f(h.k.name, time.Since(h.acquired))
+			}
+		case lost == nil: // found lost only now: the holder still hears of it, as a loss
+			h.lose(fmt.Errorf("%w: %w", ErrLost, errTaken))
+		}
+	case err != nil && maybeExecuted(err) && lost == nil:
+		// The increment may have run: take it back (an inner release, which never frees
+		// the key, so taking back an increment that did not run is harmless).
+		cctx, cancel := h.c.bestEffort(ctx)
+		_ = releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel, "0").Err()
+		cancel()
 	}
 	if err != nil {
 		if ctx.Err() != nil {

@@ -107,3 +107,104 @@ func TestDetachedContextOfReleasedLockObtainsAnew(t *testing.T) {
 	assert.Greater(t, l2.Token(), l.Token(), "a new acquisition, not a re-entry")
 	require.NoError(t, l2.Release(ctx))
 }
+
+func TestReentryWithLostReplyLeavesNoHoldBehind(t *testing.T) {
+	verifyNoLeaks(t)
+	rdb := &lostReplies{Client: newRedis(t, nil)}
+	c := New(rdb, &Options{Lease: 3 * time.Second})
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	ctx := ctxT(t, 10*time.Second)
+	key := uniqueKey(t)
+	k := c.keysFor(key)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+
+	rdb.armed.Store(true)
+	_, err = c.Obtain(l.Context(ctx), key) // the HINCRBY runs, its reply is lost
+	require.Error(t, err)
+	assert.False(t, rdb.armed.Load(), "the re-entry script ran")
+	count, err := rdb.HGet(ctx, k.hash, l.h.owner).Int()
+	require.NoError(t, err)
+	assert.Equal(t, 1, count, "the increment of the failed re-entry is taken back")
+
+	// Should the undo fail too, Redis counts one hold more than the process has handles:
+	// the last Release still frees the key at once.
+	require.NoError(t, rdb.HIncrBy(ctx, k.hash, l.h.owner, 1).Err())
+	other := newClient(t, nil, &Options{Lease: 3 * time.Second})
+	got := make(chan *Lock, 1)
+	go func() {
+		l2, err := other.Obtain(ctx, key)
+		assert.NoError(t, err)
+		got <- l2
+	}()
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	ours, err := rdb.HExists(ctx, k.hash, l.h.owner).Result()
+	require.NoError(t, err)
+	assert.False(t, ours, "the last Release drops every hold whatever Redis counts")
+	select {
+	case l2 := <-got:
+		assert.Less(t, time.Since(released), time.Second, "the waiter is woken by the release, not the lease")
+		assert.NoError(t, l2.Release(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock")
+	}
+}
+
+func TestInnerReleaseNeverFreesTheKey(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, nil)
+	ctx := ctxT(t, 5*time.Second)
+	key := uniqueKey(t)
+	k := c.keysFor(key)
+	l1, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	l2, err := c.Obtain(l1.Context(ctx), key)
+	require.NoError(t, err)
+	// Redis counts fewer holds than the process has handles (an undo of a re-entry whose
+	// increment had not run): an inner release must not free the lock.
+	require.NoError(t, c.rdb.HSet(ctx, k.hash, l1.h.owner, 1).Err())
+	require.NoError(t, l2.Release(ctx))
+	assert.NoError(t, l1.Err())
+	count, err := c.rdb.HGet(ctx, k.hash, l1.h.owner).Int()
+	require.NoError(t, err, "the key is still there")
+	assert.Equal(t, 1, count)
+	_, err = newClient(t, nil, nil).TryObtain(ctx, key)
+	assert.ErrorIs(t, err, ErrNotObtained, "still held")
+	require.NoError(t, l1.Release(ctx))
+	n, err := c.rdb.Exists(ctx, k.hash).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func TestFailedReentryThatWasTheLastHandleDeletesTheKey(t *testing.T) {
+	verifyNoLeaks(t)
+	var released atomic.Int64
+	rdb := &lostReplies{Client: newRedis(t, nil)}
+	c := New(rdb, &Options{Lease: 3 * time.Second, Hooks: Hooks{
+		Released: func(string, time.Duration) { released.Add(1) },
+	}})
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	ctx := ctxT(t, 5*time.Second)
+	key := uniqueKey(t)
+	k := c.keysFor(key)
+	for _, fair := range []bool{false, true} {
+		obtain := c.Obtain
+		if fair {
+			obtain = c.ObtainFair
+		}
+		l, err := obtain(ctx, key)
+		require.NoError(t, err)
+		// The outer handle is released while the re-entry is in flight, then the re-entry's
+		// reply is lost: the re-entry was the last handle of the process.
+		rdb.before = func() { assert.NoError(t, l.Release(ctx)) }
+		rdb.armed.Store(true)
+		_, err = obtain(l.Context(ctx), key)
+		require.Error(t, err)
+		n, err := rdb.Exists(ctx, k.hash).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "fair %v: the key is deleted, not left for a lease", fair)
+	}
+	assert.Equal(t, int64(2), released.Load(), "Released once per hold")
+}

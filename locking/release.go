@@ -7,16 +7,21 @@ import (
 	"time"
 )
 
-// Release gives the lock up. The last release of a lock (the outermost, for a re-entered
-// one) stops its watchdog and waits for it, then deletes the key if it is still ours and
-// wakes the waiters; an inner release only decrements the hold count. Done is closed and the
-// contexts from Context are cancelled before Redis is called.
+// Release gives the lock up. The last release of a lock (the last of its handles still
+// held in this process, for a re-entered one) stops its watchdog and waits for it, then
+// deletes the key if it is still ours, whatever hold count Redis has (the process's count
+// of handles is the authority: a re-entry whose reply was lost may have left Redis counting
+// one more), and wakes the waiters; an inner release only decrements the hold count, and
+// never frees the key. Done is closed and the contexts from Context are cancelled before
+// Redis is called.
 //
 // It returns ErrNotHeld if this Lock was already released, was lost, or is found no longer
 // ours in Redis, and for a nil Lock; any other error is a Redis failure (the lock then
-// expires at the end of its lease). The Redis call is bounded by CallTimeout and by ctx's
-// deadline, but not by ctx's cancellation, so the lock's own (cancelled) context may be
-// passed.
+// expires at the end of its lease). The Redis call always gets CallTimeout from the moment
+// it is made: ctx's deadline and cancellation neither shorten it below that nor make Release
+// skip the call, so the lock's own (cancelled) context may be passed, and so may a request
+// context that already timed out (defer l.Release(reqCtx) still deletes the key rather than
+// leave it, unwatched, until its lease ends). Only ctx's values are used.
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil || l.h == nil {
 		return ErrNotHeld
@@ -52,14 +57,14 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 		return ErrNotHeld
 	}
-	cctx, cancel := h.c.callContext(ctx)
+	cctx, cancel := h.c.bestEffort(ctx)
 	defer cancel()
 	var left int64
 	var err error
 	if h.ops != nil {
 		left, err = h.ops.release(cctx, h, last)
 	} else {
-		left, err = releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel, "0").Int64()
+		left, err = releaseScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner, h.k.channel, flag(last)).Int64()
 	}
 	if err == nil && left < 0 {
 		if last { // found lost only now: the holder still hears of it once, as a loss
@@ -78,14 +83,4 @@ func (l *Lock) Release(ctx context.Context) error {
 		return fmt.Errorf("locking: release %q: %w", h.k.name, err)
 	}
 	return nil
-}
-
-// callContext bounds one Redis call by CallTimeout and ctx's deadline, ignoring ctx's
-// cancellation (used by Release, which must run after the lock's context is cancelled).
-func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := c.callTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		d = min(d, time.Until(dl))
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
