@@ -67,7 +67,12 @@ func (k keys) fair() fairKeys {
 
 func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
 	if h := heldIn(ctx, c, key); h != nil && ctx.Err() == nil && !c.notify.isClosed() {
-		return h.reenter(ctx)
+		l, err := h.reenter(ctx)
+		if err != errHoldReleased {
+			return l, err
+		}
+		// The lock ctx carries was released (ctx was detached with context.WithoutCancel):
+		// obtain the key like anyone else, as Obtain does.
 	}
 	cfg := c.obtainConfigFor(wait, opts)
 	k := c.keysFor(key)

@@ -75,11 +75,16 @@ func (c *Client) newHold(k keys, owner string, token int64, ops *kindOps, sent, 
 }
 
 // reenterLocal adds a handle to h without calling Redis, for the kinds that count re-entry
-// in the process (Redlock). It fails as hold.reenter does when the lock is gone.
+// in the process (Redlock). It fails as hold.reenter does: errHoldReleased when every
+// handle was released (the caller then obtains the key anew), ErrNotObtained joined with
+// ErrLost when the lock was lost.
 func (h *hold) reenterLocal() (*Lock, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.lost != nil || h.handles == 0 {
+	if h.handles == 0 {
+		return nil, errHoldReleased
+	}
+	if h.lost != nil {
 		return nil, errors.Join(ErrNotObtained, ErrLost)
 	}
 	return h.newHandleLocked(), nil

@@ -115,7 +115,11 @@ func (r *Redlock) obtain(ctx context.Context, key string, wait bool, opts []Obta
 		return nil, ErrNoNodes
 	}
 	if h := heldIn(ctx, r.c, key); h != nil && ctx.Err() == nil && !r.c.notify.isClosed() {
-		return h.reenterLocal()
+		l, err := h.reenterLocal()
+		if err != errHoldReleased {
+			return l, err
+		}
+		// The lock ctx carries was released (ctx was detached): obtain the key anew.
 	}
 	cfg := r.c.obtainConfigFor(wait, opts)
 	k := r.c.keysFor(key)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -207,4 +208,39 @@ func TestFailedReentryThatWasTheLastHandleDeletesTheKey(t *testing.T) {
 		assert.Zero(t, n, "fair %v: the key is deleted, not left for a lease", fair)
 	}
 	assert.Equal(t, int64(2), released.Load(), "Released once per hold")
+}
+
+func TestDetachedContextOfReleasedLockObtainsAnewForEveryKind(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, &Options{Lease: time.Second})
+	r := newRedlock(t, []*redis.Client{newRedis(t, nil)}, &Options{Lease: time.Second})
+	ctx := ctxT(t, 10*time.Second)
+	for name, obtain := range map[string]func(context.Context, string, ...ObtainOption) (*Lock, error){
+		"core": c.Obtain, "fair": c.ObtainFair, "redlock": r.Obtain,
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := uniqueKey(t)
+			l, err := obtain(ctx, key)
+			require.NoError(t, err)
+			detached := context.WithoutCancel(l.Context(ctx)) // carries the lock, never cancelled
+			require.NoError(t, l.Release(ctx))
+			l2, err := obtain(detached, key)
+			require.NoError(t, err, "a released lock in the context does not block a new obtain")
+			assert.Greater(t, l2.Token(), l.Token(), "a new acquisition, not a re-entry")
+
+			// A lock that was lost, then released: obtained anew as well.
+			detached = context.WithoutCancel(l2.Context(ctx))
+			require.NoError(t, c.rdb.Del(ctx, c.keysFor(key).hash).Err())
+			select {
+			case <-l2.Done():
+			case <-time.After(2 * time.Second):
+				t.Fatal("loss not detected")
+			}
+			assert.ErrorIs(t, l2.Release(ctx), ErrNotHeld)
+			l3, err := obtain(detached, key)
+			require.NoError(t, err)
+			assert.Greater(t, l3.Token(), l2.Token())
+			require.NoError(t, l3.Release(ctx))
+		})
+	}
 }
