@@ -57,6 +57,10 @@ type channelState struct {
 	confirmed bool          // Redis acknowledged SUBSCRIBE
 	ready     chan struct{} // closed on confirmation
 	idleSince time.Time     // when the last waiter left (zero while waited on)
+	// sent: SUBSCRIBE was sent on the current subscription (set under subMu and mu).
+	// dropOnConfirm: drop found the SUBSCRIBE unconfirmed; receive drops the channel once
+	// it is confirmed, unless a waiter came meanwhile.
+	sent, dropOnConfirm bool
 }
 
 // waiter is one goroutine waiting on a channel.
@@ -109,19 +113,27 @@ func (n *notifier) register(ctx context.Context, channel string) (w *waiter, hea
 		n.channels[channel] = st
 		// Subscribe in the background: the waiter waits for st.ready, bounded by CallTimeout.
 		n.subs.Add(1)
-		go n.subscribe(n.ps, channel)
+		go n.subscribe(n.ps, channel, st)
 	}
-	st.idleSince = time.Time{}
+	st.idleSince, st.dropOnConfirm = time.Time{}, false
 	w = &waiter{channel: channel, wake: make(chan struct{}, 1), ready: st.ready}
 	st.waiters = append(st.waiters, w)
 	return w, len(st.waiters) == 1, nil
 }
 
-// subscribe sends SUBSCRIBE for channel; the receive goroutine sees the confirmation.
-func (n *notifier) subscribe(ps *redis.PubSub, channel string) {
+// subscribe sends SUBSCRIBE for channel on ps; the receive goroutine sees the
+// confirmation. It sends nothing if st was dropped or ps replaced meanwhile.
+func (n *notifier) subscribe(ps *redis.PubSub, channel string, st *channelState) {
 	defer n.subs.Done()
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
+	n.mu.Lock()
+	if n.channels[channel] != st || n.ps != ps {
+		n.mu.Unlock()
+		return
+	}
+	st.sent = true
+	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), n.callTimeout)
 	defer cancel()
 	if err := ps.Subscribe(ctx, channel); err != nil && !n.isClosed() {

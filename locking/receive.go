@@ -78,6 +78,15 @@ func (n *notifier) receive(ps *redis.PubSub) {
 					default:
 						close(st.ready)
 					}
+					if st.dropOnConfirm && len(st.waiters) == 0 && !n.closed {
+						// drop left it to this confirmation (not from here: drop
+						// takes subMu, and this goroutine must never wait for it).
+						n.subs.Add(1)
+						go func() {
+							defer n.subs.Done()
+							n.drop(m.Channel)
+						}()
+					}
 				}
 				n.mu.Unlock()
 			}
@@ -153,8 +162,9 @@ func (n *notifier) resubscribe(old *redis.PubSub) *redis.PubSub {
 		if st.confirmed {
 			st.confirmed, st.ready = false, make(chan struct{})
 		}
+		st.sent = false
 		n.subs.Add(1)
-		go n.subscribe(ps, ch)
+		go n.subscribe(ps, ch, st)
 	}
 	n.wakeAllLocked()
 	n.mu.Unlock()
