@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockguard/stockguard/internal/redisproc"
 	"github.com/stockguard/stockguard/internal/redistest"
 )
 
@@ -282,7 +283,7 @@ func TestGeneratedAdminToken(t *testing.T) {
 // TestServeWithRedisDown starts with a --redis that does not answer: the server still comes
 // up, /readyz says 503, lock strategies answer 503 unavailable quickly and guard still sells.
 func TestServeWithRedisDown(t *testing.T) {
-	port, err := freePort() // nothing listens there
+	port, err := redisproc.FreePort() // nothing listens there
 	require.NoError(t, err)
 	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
 	s := startServer(t, nil, append(baseArgs(t), "--redis", url)...)

@@ -1,22 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"sync"
-	"syscall"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockguard/stockguard/internal/redisproc"
 )
 
 // Redis modes, as logged at start.
@@ -49,25 +44,23 @@ func openRedis(ctx context.Context, urls []string, getenv func(string) string, l
 		return dialRedis(ctx, urls, logger)
 	}
 	b := &redisBackend{}
-	var addr string
+	var srv *redisproc.Server
 	if path, err := lookPath("redis-server", getenv("PATH")); err == nil {
-		child, err := startRedisChild(path)
-		if err != nil {
+		if srv, err = redisproc.StartChild(path, 0); err != nil {
 			return nil, err
 		}
-		b.mode, addr = redisModeChild, child.addr
-		b.closers = append(b.closers, child.stop)
-		notice(logger, "redis", "mode", b.mode, "addr", addr, "pid", child.cmd.Process.Pid, "binary", path)
+		b.mode = redisModeChild
+		notice(logger, "redis", "mode", b.mode, "addr", srv.Addr, "pid", srv.PID, "binary", path)
 	} else {
-		mem, err := startMiniredis()
-		if err != nil {
+		if srv, err = redisproc.StartMemory(); err != nil {
 			return nil, err
 		}
-		b.mode, addr = redisModeMemory, mem.addr
-		b.closers = append(b.closers, mem.stop)
-		notice(logger, "redis", "mode", b.mode, "addr", addr,
+		b.mode = redisModeMemory
+		notice(logger, "redis", "mode", b.mode, "addr", srv.Addr,
 			"note", "no --redis and no redis-server on PATH: in-process miniredis, state is lost on exit")
 	}
+	b.closers = append(b.closers, srv.Close)
+	addr := srv.Addr
 	b.client = redis.NewClient(clientOptions(&redis.Options{Addr: addr}))
 	b.nodes = []*redis.Client{b.client}
 	b.closers = append(b.closers, func() { _ = b.client.Close() })
@@ -126,170 +119,4 @@ func lookPath(file, pathEnv string) (string, error) {
 		}
 	}
 	return "", exec.ErrNotFound
-}
-
-// redisChild is a redis-server child process without persistence on a loopback port.
-type redisChild struct {
-	cmd    *exec.Cmd
-	addr   string
-	dir    string
-	exited chan struct{}
-	once   sync.Once
-}
-
-// startRedisChild starts redis-server on a free loopback port and waits until it answers.
-// The child gets SIGKILL if this process dies (Pdeathsig), and runs in its own process group
-// so that a terminal's Ctrl-C reaches only this process, which then shuts down in order.
-func startRedisChild(path string) (*redisChild, error) {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ { // the free port may be taken before redis binds it
-		var c *redisChild
-		if c, err = tryRedisChild(path); err == nil {
-			return c, nil
-		}
-	}
-	return nil, err
-}
-
-func tryRedisChild(path string) (*redisChild, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "stockguard-redis-*")
-	if err != nil {
-		return nil, err
-	}
-	out := &limitedBuffer{max: 4 << 10}
-	cmd := exec.Command(path,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--daemonize", "no", "--loglevel", "warning", "--logfile", "")
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	c := &redisChild{cmd: cmd, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(c.exited) }()
-	if err := waitPing(c.addr, c.exited, 5*time.Second); err != nil {
-		c.stop()
-		return nil, fmt.Errorf("redis-server on %s: %w (output: %q)", c.addr, err, out.String())
-	}
-	return c, nil
-}
-
-// stop sends SIGTERM, then SIGKILL after 3s, waits for the exit and removes the directory.
-func (c *redisChild) stop() {
-	c.once.Do(func() {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.exited:
-		case <-time.After(3 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.exited
-		}
-		_ = os.RemoveAll(c.dir)
-	})
-}
-
-// waitPing pings addr until it answers, the process exits or limit passes.
-func waitPing(addr string, exited <-chan struct{}, limit time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
-	deadline := time.Now().Add(limit)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited during start-up")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not answering after %s: %w", limit, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// memRedis is an in-process miniredis. miniredis only expires keys when its clock is moved,
-// so a ticker moves it with real time.
-type memRedis struct {
-	m    *miniredis.Miniredis
-	addr string
-	done chan struct{}
-	wg   sync.WaitGroup
-}
-
-// memTick is how often the in-process Redis clock is advanced (the TTL resolution).
-const memTick = 25 * time.Millisecond
-
-func startMiniredis() (*memRedis, error) {
-	m := miniredis.NewMiniRedis()
-	if err := m.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, fmt.Errorf("start in-process redis: %w", err)
-	}
-	r := &memRedis{m: m, addr: m.Addr(), done: make(chan struct{})}
-	r.wg.Add(1)
-	go r.advance()
-	return r, nil
-}
-
-func (r *memRedis) advance() {
-	defer r.wg.Done()
-	t := time.NewTicker(memTick)
-	defer t.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-r.done:
-			return
-		case now := <-t.C:
-			r.m.FastForward(now.Sub(last))
-			last = now
-		}
-	}
-}
-
-func (r *memRedis) stop() {
-	close(r.done)
-	r.wg.Wait()
-	r.m.Close()
-}
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

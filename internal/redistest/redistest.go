@@ -7,11 +7,9 @@
 package redistest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -20,6 +18,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockguard/stockguard/internal/redisproc"
 )
 
 // ErrNoRedisServer is returned when redis-server is not on PATH.
@@ -29,35 +29,23 @@ var ErrNoRedisServer = errors.New("redistest: redis-server not found on PATH; in
 type Server struct {
 	mu     sync.Mutex
 	port   int
-	dir    string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	path   string
+	proc   *redisproc.Server // nil while stopped
 	paused bool
 }
 
 // New starts a redis-server on a free loopback port. The caller must call Close.
 // Use Start in tests; New is for TestMain, where there is no testing.TB.
 func New() (*Server, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
 		return nil, ErrNoRedisServer
 	}
-	dir, err := os.MkdirTemp("", "redistest-*")
+	proc, err := redisproc.StartChild(path, 0)
 	if err != nil {
-		return nil, fmt.Errorf("redistest: temp dir: %w", err)
+		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	s := &Server{dir: dir}
-	// A free port can be taken by someone else between our probe and redis binding it; retry.
-	for attempt := 0; attempt < 5; attempt++ {
-		s.port, err = freePort()
-		if err != nil {
-			break
-		}
-		if err = s.start(); err == nil {
-			return s, nil
-		}
-	}
-	_ = os.RemoveAll(dir)
-	return nil, err
+	return &Server{port: portOf(proc.Addr), path: path, proc: proc}, nil
 }
 
 // Start starts a redis-server for tb and stops it when tb ends. It fails tb if redis-server is
@@ -99,56 +87,6 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	return c
 }
 
-func (s *Server) start() error {
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--protected-mode", "no",
-		"--daemonize", "no",
-		"--loglevel", "warning",
-		"--logfile", "",
-	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("redistest: start redis-server: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	s.cmd, s.exited, s.paused = cmd, exited, false
-	if err := waitReady(s.Addr(), exited, 10*time.Second); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		return err
-	}
-	return nil
-}
-
-func waitReady(addr string, exited <-chan struct{}, limit time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
-	deadline := time.Now().Add(limit)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("redistest: redis-server on %s exited during start-up (port taken?)", addr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redistest: redis-server on %s not ready after %s: %w", addr, limit, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Stop kills the server (no data is kept) and waits for it to exit. The port stays reserved
 // for Restart only by convention: nothing else in the test should take it.
 func (s *Server) Stop() {
@@ -158,15 +96,10 @@ func (s *Server) Stop() {
 }
 
 func (s *Server) stopLocked() {
-	if s.cmd == nil {
-		return
+	if s.proc != nil {
+		s.proc.Kill()
+		s.proc, s.paused = nil, false
 	}
-	if s.paused {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	s.cmd = nil
 }
 
 // Restart stops the server if it runs and starts a fresh, empty one on the same port.
@@ -177,7 +110,7 @@ func (s *Server) Restart(tb testing.TB) {
 	s.stopLocked()
 	var err error
 	for attempt := 0; attempt < 50; attempt++ { // the old socket may linger briefly
-		if err = s.start(); err == nil {
+		if s.proc, err = redisproc.StartChild(s.path, s.port); err == nil {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -190,8 +123,8 @@ func (s *Server) Restart(tb testing.TB) {
 func (s *Server) Pause() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil && !s.paused {
-		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	if s.proc != nil && !s.paused {
+		_ = s.proc.Signal(syscall.SIGSTOP)
 		s.paused = true
 	}
 }
@@ -200,23 +133,20 @@ func (s *Server) Pause() {
 func (s *Server) Resume() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil && s.paused {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	if s.proc != nil && s.paused {
+		_ = s.proc.Signal(syscall.SIGCONT)
 		s.paused = false
 	}
 }
 
-// Close stops the server and removes its directory.
+// Close stops the server.
 func (s *Server) Close() error {
 	s.Stop()
-	return os.RemoveAll(s.dir)
+	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redistest: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
