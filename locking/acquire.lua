@@ -5,6 +5,9 @@
 -- ARGV[4] "1" to re-enter only (the caller already holds the lock under ARGV[1])
 -- Returns {1, token} when taken ({1, 0} on re-entry), {0, pttl} when held by another,
 -- {-1, 0} when re-entry finds the lock no longer ours.
+-- Idempotent for a first acquire: if the owner already holds the key, an earlier run of this
+-- very call took it (a client retry after the reply was lost; owners are never reused), and
+-- the answer is the token it issued (the counter: nobody else acquired since).
 if ARGV[4] == '1' then
   if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
@@ -12,6 +15,10 @@ if ARGV[4] == '1' then
     return {1, 0}
   end
   return {-1, 0}
+end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0') or 0}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0

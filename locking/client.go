@@ -23,6 +23,17 @@
 // without it a black-holed Redis stalls a renewal for the full read timeout, which may be
 // longer than the lease. New logs a warning when it can see the option is off.
 //
+// Build the client with MaxRetries: -1 as well (go-redis retries every failed command up to
+// 3 times by default). A retry resends a script whose first run may have happened with only
+// its reply lost, and it hides that from this package, which does its own clean-up of calls
+// that may have run. The acquire scripts are idempotent (a retried acquire recognises the
+// lock its first run took, by the owner token, and answers with that run's fencing token),
+// and the last release drops every hold at once, so a retry is no longer harmful to the lock;
+// but retries stretch a call towards its deadline and resend the semaphore's acquire, which
+// can then give up the permit its first run took and wait for one again. Without retries a
+// failed call fails at once and the package undoes it when it may have run (a timeout, EOF,
+// connection reset, any network error after the command was sent).
+//
 // Internals shared by the lock family (fair lock, Redlock, semaphore): the watchdog type
 // (watchdog.go) keeps any lease alive and applies the loss rule given only a renew function;
 // Client.waitLoop (wait.go) is the waiting half of Obtain, separate from the attempt; hold and

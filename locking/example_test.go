@@ -12,9 +12,10 @@ import (
 )
 
 // newRedis returns a go-redis client built the way locking needs it: with
-// ContextTimeoutEnabled, so that call timeouts are honoured.
+// ContextTimeoutEnabled, so that call timeouts are honoured, and without go-redis retries
+// (MaxRetries: -1), which would resend a script whose reply was lost.
 func newRedis() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: locking.RedisAddrForExamples(), ContextTimeoutEnabled: true})
+	return redis.NewClient(&redis.Options{Addr: locking.RedisAddrForExamples(), ContextTimeoutEnabled: true, MaxRetries: -1})
 }
 
 // Obtain a lock, run the work under the lock's context (cancelled if the lock is lost), and

@@ -22,6 +22,9 @@ end
 if #stale > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  return take() -- an earlier run of this call took the lock (a retry): its token
+end
 local head = redis.call('LINDEX', KEYS[3], 0)
 local free = redis.call('EXISTS', KEYS[1]) == 0
 if free and (not head or head == ARGV[1]) then

@@ -55,7 +55,7 @@ func ExampleClient_ObtainFair() {
 func ExampleNewRedlock() {
 	var nodes []redis.UniversalClient
 	for db := range 3 {
-		c := redis.NewClient(&redis.Options{Addr: locking.RedisAddrForExamples(), DB: db, ContextTimeoutEnabled: true})
+		c := redis.NewClient(&redis.Options{Addr: locking.RedisAddrForExamples(), DB: db, ContextTimeoutEnabled: true, MaxRetries: -1})
 		defer c.Close()
 		nodes = append(nodes, c)
 	}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
+	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Obtain returns the lock on key, waiting while another holds it: it tries once, then waits
@@ -132,12 +136,29 @@ func (c *Client) newWatchdog(h *hold) *watchdog {
 	return w
 }
 
-// maybeExecuted reports whether a failed call may have run in Redis anyway (it timed out or
-// was cancelled after being sent).
+// maybeExecuted reports whether a failed call may have run in Redis anyway: it timed out or
+// was cancelled, or the connection failed (EOF, reset, any network error) after the
+// command may have been written. Only errors that prove nothing ran are excluded: a reply
+// from Redis (an error reply answers the call), and failing to connect at all.
 func maybeExecuted(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return false // never connected: nothing was sent
+	}
 	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		(errors.As(err, &ne) && ne.Timeout())
+	return errors.As(err, &ne)
 }
 
 // forget deletes the lock if owner still holds it: after an attempt whose reply was lost
