@@ -66,6 +66,12 @@ var (
 	ErrLost = errors.New("locking: lock lost")
 	// ErrClosed is returned by Obtain and TryObtain after Client.Close.
 	ErrClosed = errClosed
+	// ErrEmptyKey is returned, before any Redis call, by every call that obtains a lock or a
+	// permit (Obtain, TryObtain, ObtainFair, TryObtainFair, Redlock.Obtain and TryObtain,
+	// Semaphore.Acquire and TryAcquire) for the key "": its hash tag "{}" would be empty,
+	// and Redis Cluster would then place the lock hash and its fencing counter in different
+	// slots.
+	ErrEmptyKey = errors.New("locking: empty key")
 )
 
 // Client obtains locks from one Redis deployment. It is safe for concurrent use. Its only

@@ -46,14 +46,16 @@ func include(script, name, body string) string {
 // set), and the channels P{K}:turn:<owner>.
 //
 // It returns what Obtain returns: ErrNotObtained when the wait ended (joined with ctx.Err()
-// when ctx ended it), ErrClosed after Close, and any other error when Redis failed.
+// when ctx ended it), ErrClosed after Close, ErrEmptyKey for the key "", and any other error
+// when Redis failed.
 func (c *Client) ObtainFair(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
 	return c.obtainFair(ctx, key, true, opts)
 }
 
 // TryObtainFair is ObtainFair without waiting: one attempt, which succeeds only when the lock
 // is free and nobody is queued for it, and never joins the queue. It returns ErrNotObtained
-// otherwise, ErrClosed after Close, and a Redis error when Redis failed.
+// otherwise, ErrClosed after Close, ErrEmptyKey for the key "", and a Redis error when Redis
+// failed.
 func (c *Client) TryObtainFair(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
 	return c.obtainFair(ctx, key, false, opts)
 }
@@ -66,6 +68,9 @@ func (k keys) fair() fairKeys {
 }
 
 func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
+	if key == "" {
+		return nil, ErrEmptyKey
+	}
 	if h := heldIn(ctx, c, key); h != nil && ctx.Err() == nil && !c.notify.isClosed() {
 		l, err := h.reenter(ctx)
 		if err != errHoldReleased {

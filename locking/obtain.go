@@ -25,19 +25,24 @@ import (
 // one process with plain contexts exclude each other like two processes.
 //
 // It returns ErrNotObtained when the wait ended (joined with ctx.Err() when ctx ended it, and
-// with ErrLost when a re-entry finds its lock lost), ErrClosed after Client.Close, and any
-// other error when Redis failed: Obtain does not retry Redis errors.
+// with ErrLost when a re-entry finds its lock lost), ErrClosed after Client.Close,
+// ErrEmptyKey for the key "", and any other error when Redis failed: Obtain does not retry
+// Redis errors.
 func (c *Client) Obtain(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
 	return c.obtain(ctx, key, true, opts)
 }
 
 // TryObtain is Obtain without waiting: one attempt. It returns ErrNotObtained if another
-// holds the lock, ErrClosed after Close, and a Redis error otherwise.
+// holds the lock, ErrClosed after Close, ErrEmptyKey for the key "", and a Redis error
+// otherwise.
 func (c *Client) TryObtain(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
 	return c.obtain(ctx, key, false, opts)
 }
 
 func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
+	if key == "" {
+		return nil, ErrEmptyKey
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotObtained, err)
 	}

@@ -93,7 +93,8 @@ func (r *Redlock) Quorum() int { return r.quorum }
 // it holds it, ctx ends, or the wait limit (Options.Wait, WithWait) passes; WithFloor sets
 // the fencing-token floor. Under a context carrying a Lock of this Redlock on key it
 // re-enters that lock. It returns ErrNotObtained when the wait ended (joined with ctx.Err()
-// when ctx ended it), ErrClosed after Close, ErrNoNodes without nodes, and a Redis error
+// when ctx ended it), ErrClosed after Close, ErrNoNodes without nodes, ErrEmptyKey for the
+// key "", and a Redis error
 // (joining the nodes' errors) when fewer than a quorum of nodes answered: it does not retry
 // then.
 func (r *Redlock) Obtain(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
@@ -101,7 +102,7 @@ func (r *Redlock) Obtain(ctx context.Context, key string, opts ...ObtainOption) 
 }
 
 // TryObtain is Obtain with one attempt. It returns ErrNotObtained when no quorum could be
-// taken in time, ErrClosed, ErrNoNodes, or a Redis error as Obtain does.
+// taken in time, ErrClosed, ErrNoNodes, ErrEmptyKey, or a Redis error as Obtain does.
 func (r *Redlock) TryObtain(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
 	return r.obtain(ctx, key, false, opts)
 }
@@ -111,6 +112,9 @@ func (r *Redlock) TryObtain(ctx context.Context, key string, opts ...ObtainOptio
 func (r *Redlock) Close() error { return r.c.Close() }
 
 func (r *Redlock) obtain(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
+	if key == "" {
+		return nil, ErrEmptyKey
+	}
 	if len(r.nodes) == 0 {
 		return nil, ErrNoNodes
 	}

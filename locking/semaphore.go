@@ -68,14 +68,15 @@ func (s *Semaphore) Permits() int { return s.permits }
 // Acquire returns a permit of key, waiting while all N are held, until one is free, ctx
 // ends, or the wait limit (Options.Wait, WithWait) passes; WithFloor is ignored. It returns
 // ErrNotObtained when the wait ended (joined with ctx.Err() when ctx ended it), ErrClosed
-// after Close, and any other error when Redis failed. A permit taken by a call whose reply
+// after Close, ErrEmptyKey for the key "", and any other error when Redis failed. A permit taken by a call whose reply
 // was lost (ctx ended mid-call) is given back before Acquire returns.
 func (s *Semaphore) Acquire(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
 	return s.acquire(ctx, key, s.c.obtainConfigFor(true, opts).wait)
 }
 
 // TryAcquire is Acquire without waiting: one attempt. It returns ErrNotObtained if all N
-// permits are held, ErrClosed after Close, and a Redis error otherwise.
+// permits are held, ErrClosed after Close, ErrEmptyKey for the key "", and a Redis error
+// otherwise.
 func (s *Semaphore) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 	return s.acquire(ctx, key, 0)
 }
@@ -85,6 +86,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 func (s *Semaphore) Close() error { return s.c.Close() }
 
 func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration) (*Lock, error) {
+	if key == "" {
+		return nil, ErrEmptyKey
+	}
 	k := s.keysFor(key)
 	id := newOwner()
 	start := time.Now()
