@@ -5,8 +5,8 @@
 // It is a nested module so that the peer libraries never enter the main module's
 // dependencies. Run it from the repository root with `make bench`, or here:
 //
-//	go test -run '^$' -bench . -benchtime 3s .   # the benchmarks (a few minutes)
-//	go test .                                     # quick sanity tests: each adapter excludes
+//	go test -run '^$' -bench . -benchtime 3s .   # the benchmarks (~1.5 min on 2 vCPUs)
+//	go test .                                     # quick sanity test (~1 s): each adapter excludes
 //
 // Workloads (see bench_test.go): uncontended Obtain+Release next to a PING round trip; 32
 // goroutines on one key holding it 1ms and pausing 1ms outside it (a release is a handoff);
