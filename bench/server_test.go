@@ -2,103 +2,36 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockguard/stockguard/internal/redistest"
 )
 
-// server is one redis-server child process on a free loopback port, with no persistence.
-// (The main module's internal/redistest does the same but cannot be imported from here.)
+// server is one redis-server child process on a free loopback port, with no persistence:
+// the main module's internal/redistest (its import path lies under the main module's, so
+// this nested module may use it).
 type server struct {
-	addr   string
-	dir    string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	*redistest.Server
+	addr string
 }
 
 func startServer() (*server, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errors.New("bench: redis-server not found on PATH; install the Debian package redis-server (`make deps` does)")
-	}
-	dir, err := os.MkdirTemp("", "stockguard-bench-*")
+	s, err := redistest.New()
 	if err != nil {
 		return nil, err
 	}
-	for range 5 { // the free port may be taken between the probe and redis binding it
-		var port int
-		if port, err = freePort(); err != nil {
-			break
-		}
-		s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
-		if err = s.start(port); err == nil {
-			return s, nil
-		}
-	}
-	_ = os.RemoveAll(dir)
-	return nil, err
+	return &server{Server: s, addr: s.Addr()}, nil
 }
 
-func (s *server) start(port int) error {
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--protected-mode", "no", "--daemonize", "no",
-		"--loglevel", "warning", "--logfile", "")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("bench: start redis-server: %w", err)
-	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); close(s.exited) }()
-	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("bench: redis-server on %s exited during start-up", s.addr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-s.exited
-			return fmt.Errorf("bench: redis-server on %s not ready: %w", s.addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (s *server) stop() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	_ = os.RemoveAll(s.dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func (s *server) stop() { _ = s.Close() }
 
 // The servers of one `go test` run: started on first use, stopped by TestMain.
 var (
