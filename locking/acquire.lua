@@ -16,18 +16,20 @@ if ARGV[4] == '1' then
   end
   return {-1, 0}
 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0') or 0}
-end
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  if tonumber(ARGV[3]) > last then
-    redis.call('SET', KEYS[2], ARGV[3])
-  end
+  -- token = max(counter, floor) + 1, in one INCR when the counter is ahead of the floor
   local token = redis.call('INCR', KEYS[2])
+  local floor = tonumber(ARGV[3])
+  if token <= floor then
+    token = floor + 1
+    redis.call('SET', KEYS[2], token)
+  end
   redis.call('HSET', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, token}
+end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0') or 0}
 end
 return {0, redis.call('PTTL', KEYS[1])}
