@@ -150,8 +150,8 @@ func (c *Client) attemptFailed(ctx context.Context, err error, what string, clea
 		cleanup(cctx)
 		cancel()
 	}
-	if ctx.Err() != nil {
-		return errors.Join(ErrNotObtained, ctx.Err())
+	if err := ended(ctx); err != nil {
+		return errors.Join(ErrNotObtained, err)
 	}
 	return fmt.Errorf("locking: %s: %w", what, err)
 }

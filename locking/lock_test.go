@@ -177,3 +177,27 @@ func TestReleaseWithEndedContextStillDeletesTheKey(t *testing.T) {
 		})
 	}
 }
+
+// ended reads a passed deadline as the end of the wait even before the context's own timer
+// has fired (the network deadline that go-redis derives from it can fire first).
+func TestEndedBeforeTheContextTimerFires(t *testing.T) {
+	assert.NoError(t, ended(context.Background()))
+	// A context whose deadline has passed but whose Err is still nil, as in the moment
+	// between the network deadline firing and the context's timer.
+	late := timerNotFired{Context: context.Background(), deadline: time.Now().Add(-time.Millisecond)}
+	assert.NoError(t, late.Err())
+	assert.ErrorIs(t, ended(late), context.DeadlineExceeded)
+	future, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	assert.NoError(t, ended(future))
+	cancelled, cancel3 := context.WithCancel(context.Background())
+	cancel3()
+	assert.ErrorIs(t, ended(cancelled), context.Canceled)
+}
+
+type timerNotFired struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c timerNotFired) Deadline() (time.Time, bool) { return c.deadline, true }

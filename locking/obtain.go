@@ -107,8 +107,8 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 		if maybeExecuted(err) { // the script may have run: do not leave the key behind
 			c.forget(ctx, k, owner)
 		}
-		if ctx.Err() != nil {
-			return nil, 0, errors.Join(ErrNotObtained, ctx.Err())
+		if err := ended(ctx); err != nil {
+			return nil, 0, errors.Join(ErrNotObtained, err)
 		}
 		return nil, 0, fmt.Errorf("locking: obtain %q: %w", k.name, err)
 	}
@@ -247,10 +247,24 @@ func (h *hold) reenter(ctx context.Context) (*Lock, error) {
 		cancel()
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		if cerr := ended(ctx); cerr != nil {
+			return nil, errors.Join(ErrNotObtained, cerr)
 		}
 		return nil, fmt.Errorf("locking: re-enter %q: %w", h.k.name, err)
 	}
 	return nil, errors.Join(ErrNotObtained, ErrLost)
+}
+
+// ended returns ctx's error, or context.DeadlineExceeded once ctx's deadline has passed even
+// though ctx's own timer has not fired yet: go-redis sets the connection's deadline from ctx,
+// and that network timeout may be reported first. A call that failed because the caller's
+// time ran out then reads as ErrNotObtained, not as a Redis failure.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

@@ -248,8 +248,8 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 		r.releaseOn(cctx, k, owner, touched, false)
 		cancel()
 	}
-	if ctx.Err() != nil {
-		return nil, 0, errors.Join(ErrNotObtained, ctx.Err())
+	if err := ended(ctx); err != nil {
+		return nil, 0, errors.Join(ErrNotObtained, err)
 	}
 	if answered < r.quorum {
 		return nil, 0, fmt.Errorf("locking: redlock obtain %q: %d of %d nodes answered: %w",
