@@ -52,9 +52,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.db, "db", "stockguard.db", "SQLite database file (or a file: URI)")
 	fs.StringVar(&c.redisURLs, "redis", "", "Redis URL redis://host:port/db; several comma-separated for Redlock.\n"+
 		"Empty: a redis-server child process if one is on PATH, else an in-process Redis")
-	fs.StringVar(&c.strategy, "strategy", inventory.StrategyLockGuard, "default purchase strategy: "+
-		strings.Join([]string{inventory.StrategyNaive, inventory.StrategyLocal, inventory.StrategyLock,
-			inventory.StrategyGuard, inventory.StrategyLockGuard, inventory.StrategyRedlockGuard}, ", "))
+	fs.StringVar(&c.strategy, "strategy", inventory.StrategyLockGuard, "default purchase strategy: "+strategyNames())
 	fs.DurationVar(&c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog)")
 	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of POST /api/admin/reset; empty: a random one, logged once")
@@ -123,4 +121,13 @@ func (c config) redisURLList() []string {
 		}
 	}
 	return urls
+}
+
+// strategyNames lists the strategies of inventory's table, in its order.
+func strategyNames() string {
+	var names []string
+	for _, st := range inventory.StrategyTable() {
+		names = append(names, st.Name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -31,16 +31,6 @@ import (
 	"github.com/stockguard/stockguard/models"
 )
 
-// lockKeyPrefix is the Redis key prefix of item locks (CONTRACTS.md: the load test reads it).
-const lockKeyPrefix = "stockguard:lock:"
-
-// redlockKeyPrefix and inflightKeyPrefix keep the Redlock keys and the admission semaphore
-// apart from the single-node item locks (a Redlock node may be the same Redis).
-const (
-	redlockKeyPrefix  = "stockguard:redlock:"
-	inflightKeyPrefix = "stockguard:inflight:"
-)
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -95,7 +85,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	defer rb.close()
 
 	metrics := handlers.NewMetrics(prometheus.NewRegistry())
-	held := &handlers.LockSet{}
+	held := &inventory.LockSet{}
 
 	lockOpts := func(prefix, component string) *locking.Options {
 		return &locking.Options{
@@ -103,10 +93,10 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 			Lease:     cfg.lockLease,
 			Wait:      cfg.lockWait,
 			Logger:    logger.With("component", component),
-			Hooks:     handlers.JoinHooks(metrics.LockHooks(), held.Hooks()),
+			Hooks:     locking.JoinHooks(inventory.ObserverHooks(metrics), held.Hooks(prefix)),
 		}
 	}
-	lockClient := locking.New(rb.client, lockOpts(lockKeyPrefix, "locking"))
+	lockClient := locking.New(rb.client, lockOpts(inventory.LockKeyPrefix, "locking"))
 	defer closeLogged(logger, "lock client", lockClient.Close)
 	var redlock inventory.Locker
 	if len(rb.nodes) > 1 {
@@ -114,7 +104,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		for i, n := range rb.nodes {
 			nodes[i] = n
 		}
-		rl := locking.NewRedlock(nodes, lockOpts(redlockKeyPrefix, "redlock"))
+		rl := locking.NewRedlock(nodes, lockOpts(inventory.RedlockKeyPrefix, "redlock"))
 		defer closeLogged(logger, "redlock", rl.Close)
 		redlock = inventory.NewRedlockLocker(rl)
 		notice(logger, "redlock", "nodes", len(nodes), "quorum", rl.Quorum(), "strategy", inventory.StrategyRedlockGuard)
@@ -122,7 +112,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	var admission inventory.Admission
 	if cfg.maxInflight > 0 {
 		sem := locking.NewSemaphore(rb.client, cfg.maxInflight, &locking.Options{
-			KeyPrefix: inflightKeyPrefix,
+			KeyPrefix: inventory.InflightKeyPrefix,
 			Lease:     cfg.lockLease,
 			Logger:    logger.With("component", "admission"),
 		})

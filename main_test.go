@@ -204,7 +204,7 @@ func TestServeEachRedisMode(t *testing.T) {
 			var dbg struct {
 				PID   int `json:"pid"`
 				Locks []struct {
-					Key   string `json:"key"`
+					Name  string `json:"name"`
 					Token int64  `json:"token"`
 				} `json:"locks"`
 			}
@@ -212,7 +212,7 @@ func TestServeEachRedisMode(t *testing.T) {
 				s.call("GET", "/api/debug/locks", "", &dbg)
 				return len(dbg.Locks) == 1
 			}, 3*time.Second, 20*time.Millisecond)
-			assert.Equal(t, fmt.Sprintf("item:%d", id), dbg.Locks[0].Key)
+			assert.Equal(t, fmt.Sprintf("item:%d", id), dbg.Locks[0].Name)
 			assert.Equal(t, os.Getpid(), dbg.PID)
 
 			// Shut down while that purchase is in flight: it completes, then run returns 0.

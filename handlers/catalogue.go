@@ -13,7 +13,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/models"
 )
 
 // itemView is an item as the API shows it.
@@ -25,11 +24,11 @@ type itemView struct {
 	PriceCents int64  `json:"price_cents"`
 }
 
-func newItemView(it models.Item) itemView {
+func newItemView(it inventory.Item) itemView {
 	return itemView{ID: it.ID, SKU: it.SKU, Name: it.Name, Stock: it.Stock, PriceCents: it.PriceCents}
 }
 
-func newItemViews(items []models.Item) []itemView {
+func newItemViews(items []inventory.Item) []itemView {
 	views := make([]itemView, 0, len(items))
 	for _, it := range items {
 		views = append(views, newItemView(it))
@@ -48,12 +47,12 @@ type orderView struct {
 	CreatedAt      time.Time `json:"created_at"`
 }
 
-func newOrderViews(orders []models.Order) []orderView {
+func newOrderViews(orders []inventory.Order) []orderView {
 	views := make([]orderView, 0, len(orders))
 	for _, o := range orders {
 		views = append(views, orderView{
 			OrderID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Strategy: o.Strategy,
-			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, CreatedAt: o.CreatedAt.UTC(),
+			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, CreatedAt: o.CreatedAt,
 		})
 	}
 	return views

@@ -97,7 +97,7 @@ func classify(err error) apiError {
 	return internalError
 }
 
-// writeError answers err in the error shape of DESIGN.md and aborts the handler chain.
+// writeError answers err in the error shape of docs/DESIGN.md §11 and aborts the handler chain.
 // Unexpected errors are logged with the request id; the client sees a generic message.
 func writeError(c *gin.Context, err error) {
 	a := classify(err)

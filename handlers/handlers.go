@@ -1,6 +1,6 @@
 // Package handlers is the HTTP face of the storefront: a Gin engine that parses requests,
 // calls the inventory service and renders its answers, and maps every error to one status
-// code and the JSON error shape of DESIGN.md. It knows nothing of SQL or Redis.
+// code and the JSON error shape of docs/DESIGN.md §11. It knows nothing of SQL or Redis.
 //
 // Routes:
 //
@@ -30,7 +30,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/models"
 )
 
 // Body size limits.
@@ -46,9 +45,9 @@ const readyTimeout = 2 * time.Second
 // methods). Tests may wrap a real service to inject failures.
 type Service interface {
 	Purchase(ctx context.Context, req inventory.PurchaseRequest) (inventory.Receipt, error)
-	ListItems(ctx context.Context) ([]models.Item, error)
-	GetItem(ctx context.Context, id int64) (models.Item, error)
-	ListOrders(ctx context.Context, q inventory.OrderQuery) ([]models.Order, error)
+	ListItems(ctx context.Context) ([]inventory.Item, error)
+	GetItem(ctx context.Context, id int64) (inventory.Item, error)
+	ListOrders(ctx context.Context, q inventory.OrderQuery) ([]inventory.Order, error)
 	Stats(ctx context.Context) ([]inventory.ItemStats, error)
 	Reset(ctx context.Context, items []inventory.NewItem) error
 	Ready(ctx context.Context) error
@@ -86,10 +85,11 @@ type server struct {
 	defaultStrategy string
 	metrics         *Metrics
 	debug           DebugSource
+	offered         map[string]bool // the service's strategies
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
-// DESIGN.md, request id, access log and panic recovery middleware, and JSON answers for
+// docs/DESIGN.md §10.1, request id, access log and panic recovery middleware, and JSON answers for
 // unknown routes (404) and wrong methods (405).
 func New(cfg Config) http.Handler {
 	logger := cfg.Logger
@@ -103,6 +103,10 @@ func New(cfg Config) http.Handler {
 		defaultStrategy: cfg.DefaultStrategy,
 		metrics:         cfg.Metrics,
 		debug:           cfg.Debug,
+		offered:         make(map[string]bool),
+	}
+	for _, name := range cfg.Service.Strategies() {
+		s.offered[name] = true
 	}
 	if s.defaultStrategy == "" {
 		s.defaultStrategy = inventory.StrategyLockGuard

@@ -103,7 +103,7 @@ func TestDebugLocksShowsTheHolder(t *testing.T) {
 	}()
 	var body struct {
 		Locks []struct {
-			Key   string `json:"key"`
+			Name  string `json:"name"`
 			Token int64  `json:"token"`
 		} `json:"locks"`
 	}
@@ -111,7 +111,7 @@ func TestDebugLocksShowsTheHolder(t *testing.T) {
 		decode(t, e.do("GET", "/api/debug/locks", ""), &body)
 		return len(body.Locks) == 1
 	}, 2*time.Second, 10*time.Millisecond)
-	assert.Equal(t, "item:2", body.Locks[0].Key)
+	assert.Equal(t, "item:2", body.Locks[0].Name)
 
 	a := <-done
 	require.Equal(t, http.StatusCreated, a.status)

@@ -12,8 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/stockguard/stockguard/locking"
-	"github.com/stockguard/stockguard/models"
+	"github.com/stockguard/stockguard/inventory"
 )
 
 // metricsNamespace prefixes every metric name.
@@ -83,16 +82,22 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	return m
 }
 
-// LockHooks returns hooks for locking.Options that count lock waits, hold times, renewals and
-// losses.
-func (m *Metrics) LockHooks() locking.Hooks {
-	return locking.Hooks{
-		Acquired: func(_ string, _ int64, waited time.Duration) { m.lockWait.Observe(waited.Seconds()) },
-		Renewed:  func(string) { m.lockRenewals.Inc() },
-		Lost:     func(string, error) { m.lockLosses.Inc() },
-		Released: func(_ string, held time.Duration) { m.lockHeld.Observe(held.Seconds()) },
-	}
+// Metrics is an inventory.LockObserver: main feeds it the item locks' events.
+var _ inventory.LockObserver = (*Metrics)(nil)
+
+// LockAcquired records the wait for a lock just obtained.
+func (m *Metrics) LockAcquired(_ string, _ int64, waited time.Duration) {
+	m.lockWait.Observe(waited.Seconds())
 }
+
+// LockRenewed counts a lease renewal of a held lock.
+func (m *Metrics) LockRenewed(string) { m.lockRenewals.Inc() }
+
+// LockLost counts a held lock found lost (expired or taken).
+func (m *Metrics) LockLost(string, error) { m.lockLosses.Inc() }
+
+// LockReleased records how long a released lock was held.
+func (m *Metrics) LockReleased(_ string, held time.Duration) { m.lockHeld.Observe(held.Seconds()) }
 
 // observePurchase counts one purchase under its strategy and result, and its service time
 // when the service was called (elapsed > 0).
@@ -118,7 +123,7 @@ func (m *Metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.handler.
 
 // itemLister is the part of Service the stock gauge reads.
 type itemLister interface {
-	ListItems(ctx context.Context) ([]models.Item, error)
+	ListItems(ctx context.Context) ([]inventory.Item, error)
 }
 
 // stockCollector reports stockguard_item_stock{item_id,sku} from the catalogue at scrape time.
@@ -154,7 +159,7 @@ func (s *server) observePurchase(c *gin.Context, strategy string, called bool, s
 	if s.metrics == nil {
 		return
 	}
-	if strategy == "" {
+	if !s.offered[strategy] { // none named, or a name the service refused: no unbounded labels
 		strategy = s.defaultStrategy
 	}
 	result := errorCode(c)

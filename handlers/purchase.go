@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -22,9 +23,6 @@ const (
 	headerStrategy       = "X-Strategy"
 	headerSimulatedWork  = "X-Simulated-Work"
 )
-
-// maxIdempotencyKey is the longest Idempotency-Key accepted.
-const maxIdempotencyKey = 128
 
 // purchase answers 201 with the receipt of a new order, or 200 with the original receipt when
 // the Idempotency-Key was already used for the same request.
@@ -68,19 +66,20 @@ func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error
 }
 
 // idempotencyKey returns the Idempotency-Key header ("" when absent). When present it must be
-// one value of 1..128 printable ASCII characters.
+// one non-empty value; the service checks its length and characters.
 func idempotencyKey(h http.Header) (string, error) {
 	values, ok := h[http.CanonicalHeaderKey(headerIdempotencyKey)]
 	if !ok {
 		return "", nil
 	}
-	if len(values) != 1 || !printableASCII(values[0], maxIdempotencyKey) {
-		return "", fmt.Errorf("%w: Idempotency-Key must be one value of 1 to %d printable ASCII characters", inventory.ErrInvalid, maxIdempotencyKey)
+	if len(values) != 1 || values[0] == "" {
+		return "", fmt.Errorf("%w: Idempotency-Key must be one value of 1 to %d printable ASCII characters", inventory.ErrInvalid, inventory.MaxIdempotencyKey)
 	}
 	return values[0], nil
 }
 
-// demoHeaders reads X-Strategy and X-Simulated-Work. Outside demo mode either header is 400.
+// demoHeaders reads X-Strategy and X-Simulated-Work (a Go duration). Outside demo mode either
+// header is 400. The service checks the strategy name and the work's range.
 func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration, err error) {
 	_, hasStrategy := h[http.CanonicalHeaderKey(headerStrategy)]
 	_, hasWork := h[http.CanonicalHeaderKey(headerSimulatedWork)]
@@ -91,32 +90,21 @@ func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration
 		return "", 0, nil
 	}
 	if hasStrategy {
-		strategy = h.Get(headerStrategy)
-		if !s.offers(strategy) {
-			return "", 0, fmt.Errorf("%w: %s %q is not one of %q", inventory.ErrInvalid, headerStrategy, strategy, s.svc.Strategies())
+		if strategy = h.Get(headerStrategy); strategy == "" {
+			return "", 0, fmt.Errorf("%w: %s must name a strategy, one of %q", inventory.ErrInvalid, headerStrategy, s.svc.Strategies())
 		}
 	}
 	if hasWork {
 		raw := h.Get(headerSimulatedWork)
-		work, err = time.ParseDuration(raw)
-		if err != nil || work < 0 || work > inventory.MaxWork {
+		if work, err = time.ParseDuration(raw); err != nil {
 			return "", 0, fmt.Errorf("%w: %s %q must be a Go duration from 0s to %s", inventory.ErrInvalid, headerSimulatedWork, raw, inventory.MaxWork)
 		}
 	}
 	return strategy, work, nil
 }
 
-// offers reports whether the service offers the strategy name.
-func (s *server) offers(name string) bool {
-	for _, n := range s.svc.Strategies() {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
-
-// decodeQuantity reads the body {"quantity":N} and returns N, an integer in 1..MaxQuantity.
+// decodeQuantity reads the body {"quantity":N} and returns N, a non-negative integer (the
+// service checks its range).
 // The body must be exactly that object: field names match exactly (encoding/json alone would
 // take "Quantity"), no other or repeated field, nothing after it.
 func decodeQuantity(body io.Reader) (int, error) {
@@ -127,24 +115,25 @@ func decodeQuantity(body io.Reader) (int, error) {
 	return parseQuantity(fields["quantity"])
 }
 
-// parseQuantity accepts only a JSON integer literal (no sign, fraction or exponent) in
-// 1..MaxQuantity.
+// parseQuantity accepts only a JSON integer literal (no sign, fraction or exponent). One too
+// large for an int is kept as the largest int, for the service to refuse as out of range.
 func parseQuantity(raw json.RawMessage) (int, error) {
-	invalid := fmt.Errorf("%w: quantity must be an integer from 1 to %d", inventory.ErrInvalid, inventory.MaxQuantity)
-	if len(raw) == 0 || len(raw) > 4 {
-		return 0, invalid
+	if len(raw) == 0 {
+		return 0, errQuantitySyntax
 	}
 	for _, ch := range raw {
 		if ch < '0' || ch > '9' {
-			return 0, invalid
+			return 0, errQuantitySyntax
 		}
 	}
 	n, err := strconv.Atoi(string(raw))
-	if err != nil || n < 1 || n > inventory.MaxQuantity {
-		return 0, invalid
+	if errors.Is(err, strconv.ErrRange) {
+		return math.MaxInt, nil
 	}
-	return n, nil
+	return n, err
 }
+
+var errQuantitySyntax = fmt.Errorf("%w: quantity must be an integer from 1 to %d", inventory.ErrInvalid, inventory.MaxQuantity)
 
 // decodeObject reads a body that is one JSON object whose field names are among allowed
 // (exact, case-sensitive, each at most once), followed by nothing but whitespace, and returns

@@ -41,7 +41,7 @@ type env struct {
 	wrap    *faultService // the Service the handlers see
 	srv     *httptest.Server
 	metrics *handlers.Metrics
-	locks   *handlers.LockSet
+	locks   *inventory.LockSet
 
 	lockClient *locking.Client // nil without redis
 }
@@ -64,14 +64,14 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	db, err := models.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = models.Close(db) })
-	e := &env{t: t, locks: &handlers.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
+	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
 	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard}
 	if opts.redis != nil {
 		rdb := opts.redis.Client(t)
 		e.lockClient = locking.New(rdb, &locking.Options{
 			KeyPrefix: lockKeyPrefix,
 			Wait:      opts.lockWait,
-			Hooks:     handlers.JoinHooks(e.metrics.LockHooks(), e.locks.Hooks()),
+			Hooks:     locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix)),
 		})
 		t.Cleanup(func() { _ = e.lockClient.Close() })
 		cfg.Locker = inventory.NewLocker(e.lockClient)

@@ -33,7 +33,7 @@ type admission struct {
 }
 
 func (a admission) Acquire(ctx context.Context, itemID int64) (func(), error) {
-	p, err := a.s.Acquire(ctx, lockKey(itemID), locking.WithWait(a.wait))
+	p, err := a.s.Acquire(ctx, ItemLockName(itemID), locking.WithWait(a.wait))
 	switch {
 	case err == nil:
 		return func() { _ = p.Release(context.WithoutCancel(ctx)) }, nil

@@ -12,30 +12,39 @@ import (
 )
 
 // ListItems returns every item, ascending by id.
-func (s *Service) ListItems(ctx context.Context) ([]models.Item, error) {
-	items := []models.Item{}
-	if err := s.db.WithContext(ctx).Order("id").Find(&items).Error; err != nil {
+func (s *Service) ListItems(ctx context.Context) ([]Item, error) {
+	var rows []models.Item
+	if err := s.db.WithContext(ctx).Order("id").Find(&rows).Error; err != nil {
 		return nil, s.dbErr(err)
+	}
+	items := make([]Item, 0, len(rows))
+	for _, r := range rows {
+		items = append(items, itemOf(r))
 	}
 	return items, nil
 }
 
 // GetItem returns item id, or an error wrapping ErrNotFound.
-func (s *Service) GetItem(ctx context.Context, id int64) (models.Item, error) {
-	var item models.Item
-	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&item).Error
+func (s *Service) GetItem(ctx context.Context, id int64) (Item, error) {
+	var row models.Item
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&row).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return models.Item{}, fmt.Errorf("%w: item %d", ErrNotFound, id)
+		return Item{}, fmt.Errorf("%w: item %d", ErrNotFound, id)
 	}
 	if err != nil {
-		return models.Item{}, s.dbErr(err)
+		return Item{}, s.dbErr(err)
 	}
-	return item, nil
+	return itemOf(row), nil
+}
+
+func itemOf(r models.Item) Item {
+	return Item{ID: r.ID, SKU: r.SKU, Name: r.Name, Stock: r.Stock, InitialStock: r.InitialStock,
+		PriceCents: r.PriceCents, FenceToken: r.FenceToken}
 }
 
 // ListOrders returns the orders q selects, ascending by id. It fails with ErrInvalid when
 // q.Limit is outside 0..1000 or an id is negative.
-func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]models.Order, error) {
+func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]Order, error) {
 	switch {
 	case q.Limit < 0 || q.Limit > 1000:
 		return nil, fmt.Errorf("%w: limit must be 1..1000, got %d", ErrInvalid, q.Limit)
@@ -49,9 +58,14 @@ func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]models.Order,
 	if q.ItemID != 0 {
 		db = db.Where("item_id = ?", q.ItemID)
 	}
-	orders := []models.Order{}
-	if err := db.Order("id").Limit(q.Limit).Find(&orders).Error; err != nil {
+	var rows []models.Order
+	if err := db.Order("id").Limit(q.Limit).Find(&rows).Error; err != nil {
 		return nil, s.dbErr(err)
+	}
+	orders := make([]Order, 0, len(rows))
+	for _, o := range rows {
+		orders = append(orders, Order{ID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Strategy: o.Strategy,
+			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, CreatedAt: o.CreatedAt.UTC()})
 	}
 	return orders, nil
 }

@@ -160,7 +160,7 @@ func statsOf(t testing.TB, s *inventory.Service, itemID int64) inventory.ItemSta
 	return inventory.ItemStats{}
 }
 
-// assertSafe checks the invariants of DESIGN.md for one item after a burst.
+// assertSafe checks the invariants of docs/DESIGN.md §12 for one item after a burst.
 func assertSafe(t testing.TB, s *inventory.Service, itemID int64, o *outcome) {
 	t.Helper()
 	st := statsOf(t, s, itemID)

@@ -14,7 +14,6 @@ import (
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
-	"github.com/stockguard/stockguard/models"
 )
 
 const lockPrefix = "stockguard:lock:"
@@ -75,7 +74,7 @@ type obliviousHeld struct{ inventory.Held }
 func (obliviousHeld) Context(parent context.Context) context.Context { return parent }
 
 // ordersOf returns every order of itemID, ascending by id.
-func ordersOf(t testing.TB, s *inventory.Service, itemID int64) []models.Order {
+func ordersOf(t testing.TB, s *inventory.Service, itemID int64) []inventory.Order {
 	t.Helper()
 	orders, err := s.ListOrders(context.Background(), inventory.OrderQuery{ItemID: itemID, Limit: 1000})
 	require.NoError(t, err)
@@ -84,7 +83,7 @@ func ordersOf(t testing.TB, s *inventory.Service, itemID int64) []models.Order {
 
 // assertFenceOrder checks that the fence tokens of lock+guard's orders never go down in
 // commit order: no write of an older holder after a newer one.
-func assertFenceOrder(t testing.TB, orders []models.Order) {
+func assertFenceOrder(t testing.TB, orders []inventory.Order) {
 	t.Helper()
 	for i := 1; i < len(orders); i++ {
 		assert.GreaterOrEqual(t, orders[i].FenceToken, orders[i-1].FenceToken, "order %d", orders[i].ID)

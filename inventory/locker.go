@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -24,19 +25,44 @@ type Held interface {
 	// Context returns a context derived from parent that is cancelled when the lock is lost
 	// or released.
 	Context(parent context.Context) context.Context
-	// Release gives the lock back; it fails if the lock was lost or already released.
+	// Release gives the lock back; it fails if the lock was lost or already released. It must
+	// reach the lock service even when ctx is already cancelled (a purchase whose client hung
+	// up still frees its lock at once).
 	Release(ctx context.Context) error
 }
 
-// Admission limits how many purchases may be in flight; issue 6 plugs a semaphore in here.
+// Admission limits how many purchases of one item may be in flight (NewAdmission adapts the
+// locking package's semaphore).
 type Admission interface {
 	// Acquire admits one purchase of itemID, or fails with an error wrapping ErrOverloaded.
 	// The caller calls release once the purchase is over.
 	Acquire(ctx context.Context, itemID int64) (release func(), err error)
 }
 
-// lockKey is the lock key of an item (the locking client adds its prefix).
-func lockKey(itemID int64) string { return "item:" + strconv.FormatInt(itemID, 10) }
+// The storefront's Redis key layout, defined here once. An item's lock is named
+// ItemLockName(id) ("item:42"); the locking package turns a name into its Redis keys under a
+// prefix (locking.KeysOf: "stockguard:lock:{item:42}" and its ":fence" counter and
+// ":released" channel, one hash tag so they share a Cluster slot).
+const (
+	LockKeyPrefix     = "stockguard:lock:"     // single-node item locks (lock, lock+guard)
+	RedlockKeyPrefix  = "stockguard:redlock:"  // Redlock item locks (redlock+guard), on every node
+	InflightKeyPrefix = "stockguard:inflight:" // the admission semaphore (Admission)
+)
+
+const itemLockPrefix = "item:"
+
+// ItemLockName is the name of item id's lock.
+func ItemLockName(itemID int64) string { return itemLockPrefix + strconv.FormatInt(itemID, 10) }
+
+// ItemOfLock returns the item whose lock is named name, or false for a lock of another kind.
+func ItemOfLock(name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, itemLockPrefix)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	return id, err == nil && id > 0
+}
 
 // keyed is a set of in-process mutexes, one per key, whose waits honour a context. Entries
 // are removed when nobody holds or waits for them.

@@ -16,7 +16,12 @@ var _ Held = (*locking.Lock)(nil)
 // client closed) to ErrUnavailable.
 func NewLocker(c *locking.Client) Locker { return redisLocker{obtain: c.Obtain} }
 
-// redisLocker adapts the Obtain of a locking.Client or locking.Redlock (redlock.go).
+// NewRedlockLocker adapts a locking.Redlock (a lock held on a quorum of independent Redis
+// nodes) to Locker, for the redlock+guard strategy (Config.Redlock), with the same mapping as
+// NewLocker (fewer than a quorum of nodes reachable is ErrUnavailable).
+func NewRedlockLocker(r *locking.Redlock) Locker { return redisLocker{obtain: r.Obtain} }
+
+// redisLocker adapts the Obtain of a locking.Client or locking.Redlock.
 type redisLocker struct {
 	obtain func(ctx context.Context, key string, opts ...locking.ObtainOption) (*locking.Lock, error)
 }

@@ -70,32 +70,18 @@ func NewService(cfg Config) (*Service, error) {
 		admission: cfg.Admission,
 	}
 	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger}
-	s.strategies = map[string]strategy{
-		StrategyNaive:     naive{d},
-		StrategyLocal:     local{deps: d, mu: &keyed[int64]{}},
-		StrategyLock:      lock{deps: d, locker: cfg.Locker},
-		StrategyGuard:     guard{d},
-		StrategyLockGuard: lockGuard{deps: d, locker: cfg.Locker, name: StrategyLockGuard},
-	}
-	s.names = []string{StrategyNaive, StrategyLocal, StrategyLock, StrategyGuard, StrategyLockGuard}
-	if cfg.Redlock != nil {
-		s.strategies[StrategyRedlockGuard] = lockGuard{deps: d, locker: cfg.Redlock, name: StrategyRedlockGuard}
-		s.names = append(s.names, StrategyRedlockGuard)
+	s.strategies = make(map[string]strategy, len(strategyTable))
+	for _, st := range strategyTable {
+		if st.Redlock && cfg.Redlock == nil {
+			continue
+		}
+		s.strategies[st.Name] = st.build(d, cfg)
+		s.names = append(s.names, st.Name)
 	}
 	if _, ok := s.strategies[s.def]; !ok {
 		return nil, fmt.Errorf("inventory: default strategy %q is not offered (offered: %v)", s.def, s.names)
 	}
 	return s, nil
-}
-
-// ValidStrategy reports whether name is a strategy name this package knows (a Service offers
-// redlock+guard only when configured with a Redlock locker).
-func ValidStrategy(name string) bool {
-	switch name {
-	case StrategyNaive, StrategyLocal, StrategyLock, StrategyGuard, StrategyLockGuard, StrategyRedlockGuard:
-		return true
-	}
-	return false
 }
 
 // Strategies returns the names of the strategies this service offers, in a fixed order.
@@ -228,11 +214,11 @@ func (s *Service) validate(req *PurchaseRequest) (strategy, string, error) {
 	case req.ItemID <= 0:
 		return nil, "", fmt.Errorf("%w: item id must be positive", ErrInvalid)
 	case req.Quantity < 1 || req.Quantity > MaxQuantity:
-		return nil, "", fmt.Errorf("%w: quantity must be 1..%d, got %d", ErrInvalid, MaxQuantity, req.Quantity)
+		return nil, "", fmt.Errorf("%w: quantity must be an integer from 1 to %d, got %d", ErrInvalid, MaxQuantity, req.Quantity)
 	case req.Work < 0 || req.Work > MaxWork:
-		return nil, "", fmt.Errorf("%w: simulated work must be 0..%s, got %s", ErrInvalid, MaxWork, req.Work)
-	case len(req.IdempotencyKey) > 128 || !printableASCII(req.IdempotencyKey):
-		return nil, "", fmt.Errorf("%w: idempotency key must be 1..128 printable ASCII characters", ErrInvalid)
+		return nil, "", fmt.Errorf("%w: simulated work must be from 0s to %s, got %s", ErrInvalid, MaxWork, req.Work)
+	case len(req.IdempotencyKey) > MaxIdempotencyKey || !printableASCII(req.IdempotencyKey):
+		return nil, "", fmt.Errorf("%w: idempotency key must be 1 to %d printable ASCII characters", ErrInvalid, MaxIdempotencyKey)
 	}
 	name := req.Strategy
 	if name == "" {

@@ -85,33 +85,43 @@ func (st store) writeComputed(ctx context.Context, p purchase, strategy string, 
 	return rec, err
 }
 
-// writeGuarded is the DB guard of guard and lock+guard: the conditional update and the order
-// insert in one short transaction. With fenced, the update also requires fence_token < token
-// and sets fence_token = token, so a holder whose lock was taken over by a newer token writes
-// nothing. The comparison is strict: each hold writes once (a retry takes a new lock and so a
-// new token), and a token equal to the stored one can only be a twin, issued again after
-// Redis lost its counter while the first holder had not written yet (the floor, read from
-// this row, cannot know of a token issued but not yet written). The twin that writes second
-// is refused, so no two writes ever carry one token. When no row is updated, one read tells why: ErrNotFound, ErrSoldOut,
-// ErrInsufficientStock, or (fenced) a stale token, reported as ErrLockLost.
-func (st store) writeGuarded(ctx context.Context, p purchase, strategy string, token int64, fenced bool) (Receipt, error) {
+// writeGuarded is the DB guard of guard: the conditional update and the order insert in one
+// short transaction. When no row is updated, one read tells why: ErrNotFound, ErrSoldOut or
+// ErrInsufficientStock.
+func (st store) writeGuarded(ctx context.Context, p purchase, strategy string) (Receipt, error) {
+	return st.guardedWrite(ctx, p, strategy, 0, func(tx *gorm.DB, now time.Time) *gorm.DB {
+		return tx.Raw(`UPDATE items SET stock = stock - ?, updated_at = ?
+			WHERE id = ? AND stock >= ? RETURNING stock`,
+			p.quantity, now, p.itemID, p.quantity)
+	})
+}
+
+// writeFenced is the DB guard of lock+guard and redlock+guard: the conditional update also
+// requires fence_token < token and sets fence_token = token, so a holder whose lock was taken
+// over by a newer token writes nothing (reported as ErrLockLost). The comparison is strict:
+// each hold writes once (a retry takes a new lock and so a new token), and a token equal to the
+// stored one can only be a twin, issued again after Redis lost its counter while the first
+// holder had not written yet (the floor, read from this row, cannot know of a token issued but
+// not yet written). The twin that writes second is refused, so no two writes ever carry one
+// token.
+func (st store) writeFenced(ctx context.Context, p purchase, strategy string, token int64) (Receipt, error) {
+	return st.guardedWrite(ctx, p, strategy, token, func(tx *gorm.DB, now time.Time) *gorm.DB {
+		return tx.Raw(`UPDATE items SET stock = stock - ?, fence_token = ?, updated_at = ?
+			WHERE id = ? AND stock >= ? AND fence_token < ? RETURNING stock`,
+			p.quantity, token, now, p.itemID, p.quantity, token)
+	})
+}
+
+// guardedWrite runs update (a conditional UPDATE ... RETURNING stock) and inserts the order
+// in one short transaction; token 0 means no fence.
+func (st store) guardedWrite(ctx context.Context, p purchase, strategy string, token int64,
+	update func(tx *gorm.DB, now time.Time) *gorm.DB) (Receipt, error) {
 	var rec Receipt
 	err := st.tx(ctx, func(tx *gorm.DB) error {
-		now := time.Now().UTC()
-		var q *gorm.DB
-		if fenced {
-			q = tx.Raw(`UPDATE items SET stock = stock - ?, fence_token = ?, updated_at = ?
-				WHERE id = ? AND stock >= ? AND fence_token < ? RETURNING stock`,
-				p.quantity, token, now, p.itemID, p.quantity, token)
-		} else {
-			q = tx.Raw(`UPDATE items SET stock = stock - ?, updated_at = ?
-				WHERE id = ? AND stock >= ? RETURNING stock`,
-				p.quantity, now, p.itemID, p.quantity)
-		}
 		var remaining int
-		err := q.Row().Scan(&remaining)
+		err := update(tx, time.Now().UTC()).Row().Scan(&remaining)
 		if errors.Is(err, sql.ErrNoRows) {
-			return whyNotUpdated(tx, p, token, fenced)
+			return whyNotUpdated(tx, p, token)
 		}
 		if err != nil {
 			return err
@@ -123,7 +133,7 @@ func (st store) writeGuarded(ctx context.Context, p purchase, strategy string, t
 }
 
 // whyNotUpdated reads the item once to tell apart the reasons a guarded update changed nothing.
-func whyNotUpdated(tx *gorm.DB, p purchase, token int64, fenced bool) error {
+func whyNotUpdated(tx *gorm.DB, p purchase, token int64) error {
 	r, err := readRow(tx, p.itemID)
 	if err != nil {
 		return err
@@ -131,7 +141,7 @@ func whyNotUpdated(tx *gorm.DB, p purchase, token int64, fenced bool) error {
 	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
 		return err
 	}
-	if fenced && r.FenceToken >= token {
+	if token > 0 && r.FenceToken >= token {
 		return fmt.Errorf("%w: stale fence token %d on item %d (database has seen %d)",
 			ErrLockLost, token, p.itemID, r.FenceToken)
 	}

@@ -2,13 +2,68 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 )
 
-// strategy is one way of selling: the five rows of DESIGN.md's strategies table.
+// Strategy names, as accepted by Service.Purchase and the X-Strategy header.
+const (
+	StrategyNaive        = "naive"
+	StrategyLocal        = "local"
+	StrategyLock         = "lock"
+	StrategyGuard        = "guard"
+	StrategyLockGuard    = "lock+guard"
+	StrategyRedlockGuard = "redlock+guard"
+)
+
+// StrategyInfo describes one way of selling: a row of the strategies table.
+type StrategyInfo struct {
+	Name    string // as accepted by PurchaseRequest.Strategy and X-Strategy
+	HowIt   string // how it sells, in one line
+	Safe    bool   // never oversells, even when a lock is lost
+	Safety  string // when it oversells, or why it does not, in one line
+	Redlock bool   // offered only when Config.Redlock is set
+
+	build func(d deps, cfg Config) strategy
+}
+
+// strategyTable is every strategy, in the order the service lists them (and README's table,
+// config's help text and the load test follow). It is the one place a strategy is declared.
+var strategyTable = []StrategyInfo{
+	{Name: StrategyNaive, HowIt: "read stock, check, work, write the computed stock", Safety: "oversells under any concurrency",
+		build: func(d deps, _ Config) strategy { return naive{d} }},
+	{Name: StrategyLocal, HowIt: "naive inside a per-item sync.Mutex", Safety: "safe in one process, oversells across processes",
+		build: func(d deps, _ Config) strategy { return local{deps: d, mu: &keyed[int64]{}} }},
+	{Name: StrategyLock, HowIt: "naive inside the per-item Redis lock (watchdog), unconditional write", Safety: "oversells when the lock is lost unnoticed (a pause past the lease, a failover)",
+		build: func(d deps, cfg Config) strategy { return lock{deps: d, locker: cfg.Locker} }},
+	{Name: StrategyGuard, HowIt: "work, then UPDATE ... WHERE stock >= ? and the order in one transaction", Safe: true, Safety: "safe: every conflict lands on the database",
+		build: func(d deps, _ Config) strategy { return guard{d} }},
+	{Name: StrategyLockGuard, HowIt: "Redis lock; inside it work, then the guarded update with the fence check", Safe: true, Safety: "safe even when the lock is lost: a stale holder's write is refused",
+		build: func(d deps, cfg Config) strategy {
+			return lockGuard{deps: d, locker: cfg.Locker, name: StrategyLockGuard}
+		}},
+	{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Safety: "as lock+guard", Redlock: true,
+		build: func(d deps, cfg Config) strategy {
+			return lockGuard{deps: d, locker: cfg.Redlock, name: StrategyRedlockGuard}
+		}},
+}
+
+// StrategyTable returns every strategy this package knows, in table order.
+func StrategyTable() []StrategyInfo { return append([]StrategyInfo(nil), strategyTable...) }
+
+// ValidStrategy reports whether name is a strategy this package knows (a Service offers
+// redlock+guard only when configured with a Redlock locker).
+func ValidStrategy(name string) bool {
+	for _, st := range strategyTable {
+		if st.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// strategy is one way of selling: a row of strategyTable.
 type strategy interface {
 	// buy attempts the purchase once. A stale fence or a lost lock is an error wrapping
 	// ErrLockLost with nothing written; the service decides whether to retry.
@@ -74,7 +129,7 @@ func (s guard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err := s.sleep(ctx, p.work); err != nil {
 		return Receipt{}, err
 	}
-	return s.store.writeGuarded(ctx, p, StrategyGuard, 0, false)
+	return s.store.writeGuarded(ctx, p, StrategyGuard)
 }
 
 // lock holds the item's Redis lock around read-check-work-write, with an unconditional write:
@@ -126,31 +181,21 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err := lctx.Err(); err != nil {
 		return Receipt{}, lostOr(ctx, lctx, err, p.itemID)
 	}
-	return s.store.writeGuarded(ctx, p, s.name, held.Token(), true)
+	return s.store.writeFenced(ctx, p, s.name, held.Token())
 }
 
-// obtain takes the item's lock through l, mapping failures to the service's errors.
+// obtain takes the item's lock through l (whose errors already wrap ErrLockTimeout or
+// ErrUnavailable, as the Locker port promises).
 func obtain(ctx context.Context, l Locker, itemID int64, floor int64) (Held, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: no lock service configured", ErrUnavailable)
 	}
-	held, err := l.Obtain(ctx, lockKey(itemID), floor)
-	switch {
-	case err == nil:
-		return held, nil
-	case errors.Is(err, ErrLockTimeout), errors.Is(err, ErrUnavailable):
-		return nil, err
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("%w: item %d: %w", ErrLockTimeout, itemID, err)
-	default:
-		return nil, fmt.Errorf("%w: lock service: %w", ErrUnavailable, err)
-	}
+	return l.Obtain(ctx, ItemLockName(itemID), floor)
 }
 
+// release gives the lock back; Held.Release works under a cancelled ctx too.
 func (d deps) release(ctx context.Context, held Held) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := held.Release(rctx); err != nil {
+	if err := held.Release(ctx); err != nil {
 		d.log.DebugContext(ctx, "lock release failed", "token", held.Token(), "err", err)
 	}
 }

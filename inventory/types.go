@@ -5,20 +5,12 @@ import (
 	"time"
 )
 
-// Strategy names, as accepted by Service.Purchase and the X-Strategy header.
-const (
-	StrategyNaive        = "naive"         // read, check, work, write: oversells
-	StrategyLocal        = "local"         // per-item sync.Mutex: safe in one process only
-	StrategyLock         = "lock"          // per-item Redis lock, unconditional write
-	StrategyGuard        = "guard"         // DB conditional update only
-	StrategyLockGuard    = "lock+guard"    // Redis lock + conditional update with fence check
-	StrategyRedlockGuard = "redlock+guard" // Redlock over several nodes + the same guard
-)
-
 // Limits of a purchase request.
 const (
 	MaxQuantity = 1000        // largest quantity one purchase may ask for
 	MaxWork     = time.Second // longest simulated work a demo request may ask for
+
+	MaxIdempotencyKey = 128 // longest idempotency key, in printable ASCII characters
 )
 
 // Errors returned by Service methods; test them with errors.Is. Each one names one failure
@@ -72,6 +64,30 @@ type ItemStats struct {
 	SoldUnits     int    `json:"sold_units"`
 	OrderCount    int    `json:"order_count"`
 	OversoldUnits int    `json:"oversold_units"`
+}
+
+// Item is one product as the service shows it. FenceToken is the highest lock fencing token
+// that has written its stock.
+type Item struct {
+	ID           int64
+	SKU          string
+	Name         string
+	Stock        int
+	InitialStock int
+	PriceCents   int64
+	FenceToken   int64
+}
+
+// Order is one stored purchase as the service shows it. IdempotencyKey is nil when the
+// purchase carried none.
+type Order struct {
+	ID             int64
+	ItemID         int64
+	Quantity       int
+	Strategy       string
+	FenceToken     int64
+	IdempotencyKey *string
+	CreatedAt      time.Time
 }
 
 // NewItem describes one item of a catalogue reset.

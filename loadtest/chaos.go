@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,13 +49,6 @@ type chaos struct {
 	lease   time.Duration
 }
 
-// lockKeys returns the Redis keys of item id's lock (CONTRACTS.md "Redis layout").
-func lockKeys(itemID int64) (name, hash, fence string) {
-	name = "item:" + strconv.FormatInt(itemID, 10)
-	hash = "stockguard:lock:{" + name + "}"
-	return name, hash, hash + ":fence"
-}
-
 // usesLock reports whether strategy takes the per-item Redis lock.
 func usesLock(strategy string) bool { return strategy == "lock" || strategy == "lock+guard" }
 
@@ -87,22 +79,21 @@ func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, 
 		c.pause(ctx, ev, in, start)
 		return ev
 	}
-	name, hash, fence := lockKeys(hotID)
-	ev.LockKey = name
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		for i, a := range c.apis {
 			in := c.cluster.Instances[i]
-			token, ok := c.holds(ctx, a, in, name)
+			l, ok := c.holds(ctx, a, in, hotID)
 			if !ok {
 				continue
 			}
 			ev.Attempts++
+			ev.LockKey = l.Name
 			if err := in.Pause(); err != nil {
 				continue
 			}
-			if c.confirm(ctx, hash, fence, token) {
-				ev.Token, ev.Confirmed = token, true
+			if c.confirm(ctx, l) {
+				ev.Token, ev.Confirmed = l.Token, true
 				c.hold(ctx, ev, in, start)
 				return ev
 			}
@@ -112,36 +103,36 @@ func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, 
 			break
 		}
 	}
-	ev.Note = fmt.Sprintf("no instance was caught holding %s (%d tries)", name, ev.Attempts)
+	ev.Note = fmt.Sprintf("no instance was caught holding the lock of item %d (%d tries)", hotID, ev.Attempts)
 	return ev
 }
 
-// holds asks instance in whether it holds lock name, and returns the token.
-func (c *chaos) holds(ctx context.Context, a *api, in *Instance, name string) (int64, bool) {
+// holds asks instance in whether it holds the lock of item itemID, and returns that lock.
+func (c *chaos) holds(ctx context.Context, a *api, in *Instance, itemID int64) (heldLock, bool) {
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	dl, found, err := a.locks(cctx)
 	if err != nil || !found || dl.PID != in.PID() {
-		return 0, false
+		return heldLock{}, false
 	}
 	for _, l := range dl.Locks {
-		if l.Key == name {
-			return l.Token, true
+		if l.ItemID == itemID {
+			return l, true
 		}
 	}
-	return 0, false
+	return heldLock{}, false
 }
 
-// confirm checks in Redis that the lock hash exists and its fencing counter is still token: no
-// one took the lock after the paused holder.
-func (c *chaos) confirm(ctx context.Context, hash, fence string, token int64) bool {
+// confirm checks in Redis that the lock's key exists and its fencing counter is still the
+// lock's token: no one took the lock after the paused holder.
+func (c *chaos) confirm(ctx context.Context, l heldLock) bool {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	got, err := c.rdb.Get(cctx, fence).Int64()
-	if err != nil || got != token {
+	got, err := c.rdb.Get(cctx, l.FenceKey).Int64()
+	if err != nil || got != l.Token {
 		return false
 	}
-	n, err := c.rdb.Exists(cctx, hash).Result()
+	n, err := c.rdb.Exists(cctx, l.RedisKey).Result()
 	return err == nil && n == 1
 }
 

@@ -54,7 +54,7 @@ func (f *findings) violate(format string, a ...any) {
 	}
 }
 
-// check verifies every invariant of DESIGN.md for one strategy's run. asked is the strategy the
+// check verifies every invariant of docs/DESIGN.md §12 for one strategy's run. asked is the strategy the
 // requests named ("" when the servers ran their own: then every answer must name the same one).
 func check(asked string, purchases []*purchase, stats []ItemStats, orders []order) findings {
 	f := findings{ErrorsByCode: map[string]int{}, StatusCounts: map[string]int{}}
@@ -193,7 +193,7 @@ func abs(n int) int {
 	return n
 }
 
-// expectedSafe reports whether DESIGN.md calls strategy safe in this setting: naive never, local
+// expectedSafe reports whether docs/DESIGN.md §12 calls strategy safe in this setting: naive never, local
 // in one process only, lock unless its lock can be lost (chaos), guard and lock+guard always.
 func expectedSafe(strategy string, processes int, chaos string) bool {
 	switch strategy {

@@ -163,13 +163,19 @@ type receipt struct {
 	Strategy   string `json:"strategy"`
 }
 
-// debugLocks is the body of the demo-mode GET /api/debug/locks.
+// debugLocks is the body of the demo-mode GET /api/debug/locks: the locks an instance holds,
+// with their Redis keys (the load test learns the key layout from here, never rebuilds it).
 type debugLocks struct {
-	PID   int `json:"pid"`
-	Locks []struct {
-		Key   string `json:"key"`
-		Token int64  `json:"token"`
-	} `json:"locks"`
+	PID   int        `json:"pid"`
+	Locks []heldLock `json:"locks"`
+}
+
+type heldLock struct {
+	Name     string `json:"name"`
+	ItemID   int64  `json:"item_id"`
+	Token    int64  `json:"token"`
+	RedisKey string `json:"redis_key"`
+	FenceKey string `json:"fence_key"`
 }
 
 func (a *api) ready(ctx context.Context) error {

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Strategy names the storefront offers (DESIGN.md "Purchase strategies").
+// Strategy names the storefront offers (docs/DESIGN.md §5).
 var knownStrategies = []string{"naive", "local", "lock", "guard", "lock+guard", "redlock+guard"}
 
 // defaultStrategies is the comparison run when -strategies is not given.

@@ -1,14 +1,14 @@
 // Command loadtest proves, across several storefront processes, which purchase strategies
 // oversell. By default it builds the storefront, starts three instances sharing one SQLite file
 // and one Redis, and for each strategy resets the catalogue, fires purchases, and checks every
-// invariant of DESIGN.md from the servers' API and its own record of the answers.
+// invariant of docs/DESIGN.md §12 from the servers' API and its own record of the answers.
 //
 //	go run ./loadtest                              # the comparison of all five strategies
 //	go run ./loadtest -chaos pause                 # pause the lock holder past its lease
 //	go run ./loadtest -target http://127.0.0.1:8080 -admin-token secret
 //	go run ./loadtest -json report.json -html report.html
 //
-// Exit status: 0 when every strategy DESIGN.md calls safe kept the invariants, 1 when one broke
+// Exit status: 0 when every strategy docs/DESIGN.md §12 calls safe kept the invariants, 1 when one broke
 // them, 2 on bad flags, unreachable targets or another error, 130 when interrupted.
 package main
 
@@ -65,7 +65,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if rep.ExitCode != 0 {
-		fmt.Fprintf(stderr, "loadtest: FAIL: %v broke an invariant although DESIGN.md calls it safe\n", rep.Failed)
+		fmt.Fprintf(stderr, "loadtest: FAIL: %v broke an invariant although docs/DESIGN.md calls it safe\n", rep.Failed)
 	}
 	return rep.ExitCode
 }
