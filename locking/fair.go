@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,14 +21,6 @@ var (
 	fairReleaseLua    string
 	fairReleaseScript = redis.NewScript(include(fairReleaseLua, "release.lua", releaseLua))
 )
-
-func include(script, name, body string) string {
-	line := "--#include " + name
-	if !strings.Contains(script, line) {
-		panic("locking: script lacks " + line)
-	}
-	return strings.Replace(script, line, body, 1)
-}
 
 // ObtainFair returns the lock on key as Obtain does, but waiters are served in arrival
 // order: a waiter joins a queue in Redis (a list of owners plus a sorted set of their
@@ -137,47 +128,4 @@ func (c *Client) fairForget(ctx context.Context, h *hold) {
 	cctx, cancel := c.bestEffort(ctx)
 	defer cancel()
 	_, _ = c.fairScript(cctx, h.k, h.owner, true, false)
-}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-// drop unsubscribes channel at once if nobody waits on it: for a fair waiter's own channel,
-// which no later waiter uses (the idle sweep would keep it for a while, and under steady
-// traffic for good).
-//
-// It follows the notifier's rule (see notifier.subMu): the state is deleted under mu, and
-// UNSUBSCRIBE is sent outside mu, under subMu, so that a redial inside go-redis stalls no
-// waiter and no UNSUBSCRIBE overtakes a pending SUBSCRIBE of the channel. A SUBSCRIBE not
-// sent yet is called off (subscribe skips a deleted state); one sent but not yet confirmed
-// is left to run, and the channel is dropped when its confirmation arrives (receive), so
-// that a stale confirmation can never be taken for a later subscription's.
-func (n *notifier) drop(channel string) {
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	n.mu.Lock()
-	st, ps := n.channels[channel], n.ps
-	if st == nil || len(st.waiters) > 0 || ps == nil {
-		n.mu.Unlock()
-		return
-	}
-	if st.sent && !st.confirmed {
-		st.dropOnConfirm = true
-		n.mu.Unlock()
-		return
-	}
-	delete(n.channels, channel)
-	n.mu.Unlock()
-	if !st.sent {
-		return // its SUBSCRIBE was never sent, and now never will be
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.callTimeout)
-	defer cancel()
-	if err := ps.Unsubscribe(ctx, channel); err != nil {
-		n.log.Debug("locking: unsubscribe failed", "channel", channel, "err", err)
-	}
 }

@@ -176,6 +176,42 @@ func (n *notifier) unregister(w *waiter, acquired bool) {
 	}
 }
 
+// drop unsubscribes channel at once if nobody waits on it: for a fair waiter's own channel,
+// which no later waiter uses (the idle sweep would keep it for a while, and under steady
+// traffic for good).
+//
+// It follows the notifier's rule (see notifier.subMu): the state is deleted under mu, and
+// UNSUBSCRIBE is sent outside mu, under subMu, so that a redial inside go-redis stalls no
+// waiter and no UNSUBSCRIBE overtakes a pending SUBSCRIBE of the channel. A SUBSCRIBE not
+// sent yet is called off (subscribe skips a deleted state); one sent but not yet confirmed
+// is left to run, and the channel is dropped when its confirmation arrives (receive), so
+// that a stale confirmation can never be taken for a later subscription's.
+func (n *notifier) drop(channel string) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	n.mu.Lock()
+	st, ps := n.channels[channel], n.ps
+	if st == nil || len(st.waiters) > 0 || ps == nil {
+		n.mu.Unlock()
+		return
+	}
+	if st.sent && !st.confirmed {
+		st.dropOnConfirm = true
+		n.mu.Unlock()
+		return
+	}
+	delete(n.channels, channel)
+	n.mu.Unlock()
+	if !st.sent {
+		return // its SUBSCRIBE was never sent, and now never will be
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.callTimeout)
+	defer cancel()
+	if err := ps.Unsubscribe(ctx, channel); err != nil {
+		n.log.Debug("locking: unsubscribe failed", "channel", channel, "err", err)
+	}
+}
+
 func (n *notifier) wakeOneLocked(st *channelState) {
 	for _, w := range st.waiters {
 		if !w.pending {

@@ -2,6 +2,7 @@ package locking
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,6 +26,25 @@ var (
 	ttlLua    string
 	ttlScript = redis.NewScript(ttlLua)
 )
+
+// include inserts body, the text of the script file name, at the "--#include name" line of
+// script: the fair scripts include the core scripts so that the lock itself is taken and
+// released by the same code.
+func include(script, name, body string) string {
+	line := "--#include " + name
+	if !strings.Contains(script, line) {
+		panic("locking: script lacks " + line)
+	}
+	return strings.Replace(script, line, body, 1)
+}
+
+// flag is a boolean script argument.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
 
 // keys are the Redis names of one lock; all share the hash tag {K}.
 type keys struct {
