@@ -34,11 +34,13 @@
 // failed call fails at once and the package undoes it when it may have run (a timeout, EOF,
 // connection reset, any network error after the command was sent).
 //
-// Internals shared by the lock family (fair lock, Redlock, semaphore): the watchdog type
-// (watchdog.go) keeps any lease alive and applies the loss rule given only a renew function;
-// Client.waitLoop (wait.go) is the waiting half of Obtain, separate from the attempt; hold and
-// Lock (lock.go, release.go) give every kind Done, Context, Release and the hooks, with the
-// kind's own Redis calls in kindOps (kind.go).
+// Internals: every lock kind (the core lock, the fair lock, Redlock, the semaphore) is one
+// kind value (kind.go) holding its own Redis calls; the rest is shared. Client.enter and
+// Client.obtainKind (obtain.go) are the preamble (empty key, ended context, Close,
+// re-entry) and the first attempt of every Obtain; Client.waitLoop (wait.go) is the waiting
+// half; hold (hold.go) is the life of a held lock: newHold, reenter, Release, lose; the
+// watchdog type (watchdog.go) keeps any lease alive and applies the loss rule given only a
+// renew function. locking/README.md gives the order in which to read the files.
 //
 // The non-test code imports only go-redis and the standard library.
 package locking
@@ -87,7 +89,8 @@ type Client struct {
 	log         *slog.Logger
 	hooks       Hooks
 	notify      *notifier
-	family      familyConfig // spin mode, fair-lock queue timeout (kind.go)
+	family      familyConfig // spin mode, fair-lock queue timeout (options.go)
+	core, fair  *kind        // the kinds of Obtain and ObtainFair (kind.go, fair.go)
 }
 
 // New returns a Client over rdb (a *redis.Client, *redis.ClusterClient, *redis.Ring or any
@@ -111,6 +114,7 @@ func New(rdb redis.UniversalClient, opts *Options) *Client {
 		c.callTimeout = max(c.lease/4, time.Millisecond)
 	}
 	c.notify = newNotifier(rdb, c.log, c.callTimeout)
+	c.core, c.fair = c.coreKind(), c.fairKind()
 	if enabled, known := contextTimeoutEnabled(rdb); known && !enabled {
 		c.log.Warn("locking: the go-redis client has ContextTimeoutEnabled off; " +
 			"call timeouts are not enforced and a stalled Redis can outlast the lease")

@@ -51,6 +51,9 @@ func (c *Client) TryObtainFair(ctx context.Context, key string, opts ...ObtainOp
 	return c.obtainFair(ctx, key, false, opts)
 }
 
+// DefaultQueueTimeout is the default of Options.QueueTimeout.
+const DefaultQueueTimeout = 5 * time.Second
+
 // fairKeys are the queue's names of k; turn + owner is a waiter's channel.
 type fairKeys struct{ queue, timeouts, turn string }
 
@@ -59,16 +62,8 @@ func (k keys) fair() fairKeys {
 }
 
 func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
-	if key == "" {
-		return nil, ErrEmptyKey
-	}
-	if h := heldIn(ctx, c, key); h != nil && ctx.Err() == nil && !c.notify.isClosed() {
-		l, err := h.reenter(ctx)
-		if err != errHoldReleased {
-			return l, err
-		}
-		// The lock ctx carries was released (ctx was detached with context.WithoutCancel):
-		// obtain the key like anyone else, as Obtain does.
+	if l, done, err := c.enter(ctx, key, c.fair); done {
+		return l, err
 	}
 	cfg := c.obtainConfigFor(wait, opts)
 	k := c.keysFor(key)
@@ -79,9 +74,8 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 		try = "1"
 	}
 	timeout := c.queueTimeout()
-	ops := &kindOps{release: c.fairRelease, forget: c.fairForget}
 	start := time.Now()
-	l, err := c.obtainKind(ctx, fk.turn+owner, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
+	l, err := c.obtainKind(ctx, c.fair, fk.turn+owner, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
 		cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 		defer cancel()
 		sent := time.Now()
@@ -99,7 +93,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			// Come back before the place lapses, even if nobody wakes us.
 			return nil, min(time.Duration(res[1])*time.Millisecond, timeout/3), nil
 		}
-		return c.newHold(k, owner, res[1], ops, sent, start), 0, nil
+		return c.newHold(k, owner, res[1], c.fair, sent, start), 0, nil
 	})
 	if cfg.wait != 0 {
 		if err != nil { // leave the queue at once, and let the next waiter in
@@ -110,6 +104,22 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 		c.notify.drop(fk.turn + owner)
 	}
 	return l, err
+}
+
+// fairKind is the fair lock's kind: the core lock's re-entry, renewal and TTL, with
+// fair_release.lua, which also wakes the head of the queue, to release and forget.
+func (c *Client) fairKind() *kind {
+	return &kind{reentry: reenterRedis, release: c.fairRelease, forget: c.fairForget, ttl: c.ttl, renew: c.renew}
+}
+
+// queueTimeout is the fair-lock waiter timeout: Options.QueueTimeout or its default, at least
+// three call timeouts so that a live waiter always refreshes its place in time.
+func (c *Client) queueTimeout() time.Duration {
+	d := c.family.queueTimeout
+	if d <= 0 {
+		d = DefaultQueueTimeout
+	}
+	return max(d, 3*c.callTimeout)
 }
 
 // fairScript runs fair_release.lua for owner: release one hold (all: every hold), or leave

@@ -2,8 +2,6 @@ package locking
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"time"
 )
 
@@ -20,65 +18,6 @@ type Lock struct {
 	cause    error // the detailed error handed to contexts from Context
 	released bool
 	cancels  []context.CancelCauseFunc
-}
-
-// hold is one ownership of a key in Redis: one owner token and one watchdog, shared by the
-// Lock handles of a re-entered lock.
-type hold struct {
-	c        *Client
-	k        keys
-	owner    string
-	token    int64
-	acquired time.Time
-	wd       *watchdog
-	ops      *kindOps // nil for the core lock; the Redis calls of the other kinds (kind.go)
-
-	mu      sync.Mutex
-	handles int            // Lock handles not yet released; the last stops the watchdog
-	live    map[*Lock]bool // handles whose Done is still open
-	lost    error          // set once, when the watchdog declared the lock lost
-}
-
-func (h *hold) newHandleLocked() *Lock {
-	l := &Lock{h: h, done: make(chan struct{})}
-	h.handles++
-	h.live[l] = true
-	return l
-}
-
-// finishLocked closes l's Done and cancels its contexts, once.
-func (h *hold) finishLocked(l *Lock, err, cause error) {
-	if l.err != nil {
-		return
-	}
-	l.err, l.cause = err, cause
-	for _, cancel := range l.cancels { // before Done, so a closed Done implies cancelled contexts
-		cancel(cause)
-	}
-	l.cancels = nil
-	close(l.done)
-	delete(h.live, l)
-}
-
-// lose is the watchdog's onLost: the Lost hook runs, then every open handle learns of the
-// loss (Done closed, contexts cancelled). A Release in between returns ErrNotHeld.
-func (h *hold) lose(err error) {
-	h.mu.Lock()
-	if h.lost != nil {
-		h.mu.Unlock()
-		return
-	}
-	h.lost = err
-	h.mu.Unlock()
-	h.c.log.Warn("locking: lock lost", "key", h.k.name, "token", h.token, "err", err)
-	if f := h.c.hooks.Lost; f != nil {
-		f(h.k.name, err)
-	}
-	h.mu.Lock()
-	for l := range h.live {
-		h.finishLocked(l, ErrLost, err)
-	}
-	h.mu.Unlock()
 }
 
 // Key returns the key the lock was obtained on, without the prefix ("" for nil).
@@ -145,35 +84,11 @@ func (l *Lock) Context(parent context.Context) context.Context {
 	return ctx
 }
 
-type ctxKey struct {
-	c   *Client
-	key string
-}
-
-// heldIn returns the hold on key that ctx carries for c, or nil.
-func heldIn(ctx context.Context, c *Client, key string) *hold {
-	h, _ := ctx.Value(ctxKey{c, key}).(*hold)
-	return h
-}
-
 // TTL returns the remaining lease of the lock in Redis. It returns ErrNotHeld if the lock was
 // released, lost, or is no longer ours in Redis, and a Redis error otherwise.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l == nil || l.Err() != nil {
 		return 0, ErrNotHeld
 	}
-	h := l.h
-	if h.ops != nil && h.ops.ttl != nil {
-		return h.ops.ttl(ctx, h)
-	}
-	cctx, cancel := context.WithTimeout(ctx, h.c.callTimeout)
-	defer cancel()
-	ms, err := ttlScript.Run(cctx, h.c.rdb, []string{h.k.hash}, h.owner).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("locking: ttl of %q: %w", h.k.name, err)
-	}
-	if ms < 0 {
-		return 0, ErrNotHeld
-	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return l.h.kind.ttl(ctx, l.h)
 }

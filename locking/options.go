@@ -120,12 +120,43 @@ func (o *Options) logger() *slog.Logger {
 // drift is the clock-drift allowance subtracted from a lease: 1% of it plus 2ms (Redlock's).
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
 
+// familyConfig holds the Options of the lock family: spin mode and the fair-lock queue.
+type familyConfig struct {
+	spin         *SpinOptions // nil: pub/sub waiting; defaults filled in
+	queueTimeout time.Duration
+}
+
+func (o *Options) family() familyConfig {
+	var f familyConfig
+	if o == nil {
+		return f
+	}
+	if o.Spin != nil {
+		s := o.Spin.withDefaults()
+		f.spin = &s
+	}
+	f.queueTimeout = o.QueueTimeout
+	return f
+}
+
 // ObtainOption changes one Obtain or TryObtain call.
 type ObtainOption func(*obtainConfig)
 
 type obtainConfig struct {
 	floor int64
 	wait  time.Duration
+}
+
+// obtainConfigFor applies opts to the Client's defaults; wait false makes one attempt.
+func (c *Client) obtainConfigFor(wait bool, opts []ObtainOption) obtainConfig {
+	cfg := obtainConfig{wait: c.wait}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !wait {
+		cfg.wait = 0
+	}
+	return cfg
 }
 
 // WithFloor sets the fencing-token floor: the token issued is max(counter, floor)+1, so

@@ -61,7 +61,7 @@ type Redlock struct {
 	c      *Client // options, hooks, logger; the identity of re-entry contexts; never calls Redis
 	nodes  []redis.UniversalClient
 	quorum int
-	ops    *kindOps
+	kind   *kind
 }
 
 // NewRedlock returns a Redlock over nodes, each an independent Redis deployment built with
@@ -82,7 +82,10 @@ func NewRedlock(nodes []redis.UniversalClient, opts *Options) *Redlock {
 		c.callTimeout = min(c.callTimeout, max(c.lease/100, 2*minCallTimeout))
 	}
 	r := &Redlock{c: c, nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1}
-	r.ops = &kindOps{release: r.release, forget: r.forget, ttl: r.ttl, renew: r.renew}
+	r.kind = &kind{reentry: reenterLocal, release: r.release, forget: r.forget, ttl: r.ttl, renew: r.renew}
+	if len(r.nodes) == 0 {
+		r.kind.refuse = ErrNoNodes
+	}
 	return r
 }
 
@@ -112,24 +115,14 @@ func (r *Redlock) TryObtain(ctx context.Context, key string, opts ...ObtainOptio
 func (r *Redlock) Close() error { return r.c.Close() }
 
 func (r *Redlock) obtain(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
-	if key == "" {
-		return nil, ErrEmptyKey
-	}
-	if len(r.nodes) == 0 {
-		return nil, ErrNoNodes
-	}
-	if h := heldIn(ctx, r.c, key); h != nil && ctx.Err() == nil && !r.c.notify.isClosed() {
-		l, err := h.reenterLocal()
-		if err != errHoldReleased {
-			return l, err
-		}
-		// The lock ctx carries was released (ctx was detached): obtain the key anew.
+	if l, done, err := r.c.enter(ctx, key, r.kind); done {
+		return l, err
 	}
 	cfg := r.c.obtainConfigFor(wait, opts)
 	k := r.c.keysFor(key)
 	owner := newOwner()
 	start := time.Now()
-	return r.c.obtainKind(ctx, "", cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
+	return r.c.obtainKind(ctx, r.kind, "", cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
 		return r.attempt(ctx, k, owner, cfg.floor, start)
 	})
 }
@@ -239,7 +232,7 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 	if len(held) >= r.quorum {
 		held = r.raiseFences(ctx, k, token, held, replies)
 		if len(held) >= r.quorum && r.c.lease-time.Since(sent)-drift(r.c.lease) > 0 {
-			return r.c.newHold(k, owner, token, r.opsAfter(late, got), sent, start), 0, nil
+			return r.c.newHold(k, owner, token, r.kindAfter(late, got), sent, start), 0, nil
 		}
 	}
 	if len(touched) > 0 {
@@ -327,11 +320,11 @@ func (r *Redlock) release(ctx context.Context, h *hold, last bool) (int64, error
 	return -1, nil
 }
 
-// opsAfter returns the ops of a lock whose acquire calls on the nodes slow are still
+// kindAfter returns the kind of a lock whose acquire calls on the nodes slow are still
 // running until late is closed. Once the lock is released (or forgotten), those nodes are
 // released again after their calls end (at most CallTimeout later, in the background), so
 // that a late acquire landing after the release does not leave the key behind for a lease.
-func (r *Redlock) opsAfter(late <-chan struct{}, got []bool) *kindOps {
+func (r *Redlock) kindAfter(late <-chan struct{}, got []bool) *kind {
 	var slow []int
 	for i, ok := range got {
 		if !ok {
@@ -339,7 +332,7 @@ func (r *Redlock) opsAfter(late <-chan struct{}, got []bool) *kindOps {
 		}
 	}
 	if len(slow) == 0 {
-		return r.ops
+		return r.kind
 	}
 	again := func(h *hold) {
 		go func() {
@@ -349,18 +342,18 @@ func (r *Redlock) opsAfter(late <-chan struct{}, got []bool) *kindOps {
 			r.releaseOn(ctx, h.k, h.owner, slow, false)
 		}()
 	}
-	ops := *r.ops
-	ops.release = func(ctx context.Context, h *hold, last bool) (int64, error) {
+	kd := *r.kind
+	kd.release = func(ctx context.Context, h *hold, last bool) (int64, error) {
 		if last {
 			defer again(h)
 		}
 		return r.release(ctx, h, last)
 	}
-	ops.forget = func(ctx context.Context, h *hold) {
+	kd.forget = func(ctx context.Context, h *hold) {
 		defer again(h)
 		r.forget(ctx, h)
 	}
-	return &ops
+	return &kd
 }
 
 func (r *Redlock) forget(ctx context.Context, h *hold) {

@@ -50,7 +50,7 @@ var (
 type Semaphore struct {
 	c       *Client // its own: options, hooks, the subscription of waiters
 	permits int
-	ops     *kindOps
+	kind    *kind
 }
 
 // NewSemaphore returns a semaphore of permits permits per key over rdb (fewer than 1 counts
@@ -58,7 +58,7 @@ type Semaphore struct {
 // Hooks (Acquired with token 0) and Spin apply. It never fails.
 func NewSemaphore(rdb redis.UniversalClient, permits int, opts *Options) *Semaphore {
 	s := &Semaphore{c: New(rdb, opts), permits: max(permits, 1)}
-	s.ops = &kindOps{release: s.release, forget: s.forget, ttl: s.ttl, renew: s.renew}
+	s.kind = &kind{reentry: reenterNever, release: s.release, forget: s.forget, ttl: s.ttl, renew: s.renew}
 	return s
 }
 
@@ -86,13 +86,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 func (s *Semaphore) Close() error { return s.c.Close() }
 
 func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration) (*Lock, error) {
-	if key == "" {
-		return nil, ErrEmptyKey
+	if l, done, err := s.c.enter(ctx, key, s.kind); done {
+		return l, err
 	}
 	k := s.keysFor(key)
 	id := newOwner()
 	start := time.Now()
-	return s.c.obtainKind(ctx, k.channel, limit, func(ctx context.Context) (*Lock, time.Duration, error) {
+	return s.c.obtainKind(ctx, s.kind, k.channel, limit, func(ctx context.Context) (*Lock, time.Duration, error) {
 		cctx, cancel := context.WithTimeout(ctx, s.c.callTimeout)
 		defer cancel()
 		sent := time.Now()
@@ -108,7 +108,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration
 		if res[0] != 1 {
 			return nil, time.Duration(res[1]) * time.Millisecond, nil
 		}
-		return s.c.newHold(k, id, 0, s.ops, sent, start), 0, nil
+		return s.c.newHold(k, id, 0, s.kind, sent, start), 0, nil
 	})
 }
 
