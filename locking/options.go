@@ -81,6 +81,49 @@ type Hooks struct {
 	Released func(key string, held time.Duration)
 }
 
+// JoinHooks returns Hooks that call each non-nil hook of hs, in the order given (for
+// example metrics first, then a debug registry of held locks).
+func JoinHooks(hs ...Hooks) Hooks {
+	var j Hooks
+	for _, h := range hs {
+		j.Acquired = joinAcquired(j.Acquired, h.Acquired)
+		j.Renewed = join1(j.Renewed, h.Renewed)
+		j.Lost = join2(j.Lost, h.Lost)
+		j.Released = join2(j.Released, h.Released)
+	}
+	return j
+}
+
+func joinAcquired(a, b func(string, int64, time.Duration)) func(string, int64, time.Duration) {
+	if a == nil {
+		return b
+	}
+	if b == nil {
+		return a
+	}
+	return func(k string, t int64, d time.Duration) { a(k, t, d); b(k, t, d) }
+}
+
+func join1(a, b func(string)) func(string) {
+	if a == nil {
+		return b
+	}
+	if b == nil {
+		return a
+	}
+	return func(k string) { a(k); b(k) }
+}
+
+func join2[T any](a, b func(string, T)) func(string, T) {
+	if a == nil {
+		return b
+	}
+	if b == nil {
+		return a
+	}
+	return func(k string, v T) { a(k, v); b(k, v) }
+}
+
 func (o *Options) keyPrefix() string {
 	if o == nil || o.KeyPrefix == "" {
 		return DefaultKeyPrefix
