@@ -10,12 +10,10 @@
 // subscription per Client), with the remaining lease of the failed attempt as the longest
 // sleep should the message be missed.
 //
-// Redis layout, for key K and prefix P (default "lock:"), all under one hash tag {K} so a
-// lock lives in one Cluster slot:
-//
-//	P{K}          hash: one field, the owner token (32 hex chars) -> hold count
-//	P{K}:fence    string: the last fencing token issued for K
-//	P{K}:released channel: published on the last release
+// Redis layout, for key K and prefix P (default "lock:"): the lock hash P{K}, its fencing
+// counter P{K}:fence and its release channel P{K}:released, all under the one hash tag {K}
+// so that a lock lives in one Cluster slot; KeysOf builds them and documents the names of
+// every kind.
 //
 // Every Redis call is bounded by Options.CallTimeout through a context deadline. go-redis
 // v9 only honours context deadlines when the client is built with

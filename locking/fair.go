@@ -33,8 +33,8 @@ var (
 // The lock is the same as Obtain's (same hash, fencing counter, tokens, lease, watchdog,
 // re-entry under Lock.Context): ObtainFair and Obtain exclude each other on one key, but
 // Obtain does not queue, so it can overtake fair waiters; use one or the other per key.
-// Redis layout, in addition to the lock's: P{K}:queue (list), P{K}:queue:timeouts (sorted
-// set), and the channels P{K}:turn:<owner>.
+// Redis layout, in addition to the lock's: a queue list, a sorted set of timeouts and a
+// channel per waiter (see KeysOf).
 //
 // It returns what Obtain returns: ErrNotObtained when the wait ended (joined with ctx.Err()
 // when ctx ended it), ErrClosed after Close, ErrEmptyKey for the key "", and any other error
@@ -53,13 +53,6 @@ func (c *Client) TryObtainFair(ctx context.Context, key string, opts ...ObtainOp
 
 // DefaultQueueTimeout is the default of Options.QueueTimeout.
 const DefaultQueueTimeout = 5 * time.Second
-
-// fairKeys are the queue's names of k; turn + owner is a waiter's channel.
-type fairKeys struct{ queue, timeouts, turn string }
-
-func (k keys) fair() fairKeys {
-	return fairKeys{queue: k.hash + ":queue", timeouts: k.hash + ":queue:timeouts", turn: k.hash + ":turn:"}
-}
 
 func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []ObtainOption) (*Lock, error) {
 	if l, done, err := c.enter(ctx, key, c.fair); done {

@@ -17,9 +17,10 @@ const (
 
 // Options configure a Client. A nil *Options, and every zero field, means the default.
 type Options struct {
-	// KeyPrefix is prepended to every lock key. For key K the lock hash is KeyPrefix+"{K}", the
-	// fencing counter KeyPrefix+"{K}:fence" and the release channel KeyPrefix+"{K}:released"
-	// (one hash tag, so all three live in one Cluster slot). Default "lock:".
+	// KeyPrefix is prepended to every Redis name of the package. For key K the lock hash is
+	// KeyPrefix+"{K}", the fencing counter KeyPrefix+"{K}:fence" and the release channel
+	// KeyPrefix+"{K}:released" (one hash tag, so all live in one Cluster slot); KeysOf
+	// builds them and lists the names of every kind. Default "lock:".
 	KeyPrefix string
 
 	// Lease is how long a lock lives in Redis without renewal. With the watchdog on (the

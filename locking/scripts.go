@@ -45,16 +45,3 @@ func flag(b bool) string {
 	}
 	return "0"
 }
-
-// keys are the Redis names of one lock; all share the hash tag {K}.
-type keys struct {
-	name    string // the caller's key K
-	hash    string // P{K}: the lock hash
-	fence   string // P{K}:fence: the fencing counter
-	channel string // P{K}:released: published on the last release
-}
-
-func (c *Client) keysFor(key string) keys {
-	h := c.prefix + "{" + key + "}"
-	return keys{name: key, hash: h, fence: h + ":fence", channel: h + ":released"}
-}

@@ -41,12 +41,8 @@ var (
 // (a message on the key's channel) or the first held permit's lease runs out, or poll in
 // spin mode (Options.Spin).
 //
-// Redis layout, for key K and prefix P:
-//
-//	P{K}:sem          sorted set: permit id -> expiry (ms, Redis server clock)
-//	P{K}:sem:order    sorted set: permit id -> ticket
-//	P{K}:sem:counter  string: the last ticket
-//	P{K}:sem:released channel: published on each release
+// Redis layout: two sorted sets, a ticket counter and a release channel, under the key's
+// hash tag (see KeysOf).
 type Semaphore struct {
 	c       *Client // its own: options, hooks, the subscription of waiters
 	permits int
@@ -111,15 +107,6 @@ func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration
 		return s.c.newHold(k, id, 0, s.kind, sent, start), 0, nil
 	})
 }
-
-// keysFor returns the semaphore's names for key: hash is the permits set, fence the order
-// set (there is no fencing counter), channel the release channel.
-func (s *Semaphore) keysFor(key string) keys {
-	p := s.c.prefix + "{" + key + "}:sem"
-	return keys{name: key, hash: p, fence: p + ":order", channel: p + ":released"}
-}
-
-func semKeys(k keys) []string { return []string{k.hash, k.fence, k.hash + ":counter"} }
 
 func (s *Semaphore) releaseID(ctx context.Context, k keys, id string) (int64, error) {
 	return semReleaseScript.Run(ctx, s.c.rdb, []string{k.hash, k.fence}, id, k.channel).Int64()
