@@ -49,7 +49,7 @@ var ErrNoNodes = errors.New("locking: redlock has no nodes")
 // first still believes it holds it: the watchdog only tells the first one after the fact. So
 // the lock is an efficiency device that keeps contenders from colliding most of the time;
 // correctness comes from the fencing token checked by the resource itself (in stockguard, the
-// conditional UPDATE with fence_token <= ?), which rejects the stale holder's write. Redlock
+// conditional UPDATE with fence_token < ?), which rejects the stale holder's write. Redlock
 // improves availability over one Redis (it survives the loss of a minority of nodes) and,
 // with the write-back, keeps tokens monotonic across quorums; it does not make the guard
 // optional.
