@@ -1,5 +1,7 @@
-// Package models holds the GORM models of the storefront and the code that opens the SQLite
-// database (pragmas, migrations, seeding). It has no business rules.
+// Package models holds the GORM models of the storefront and the code that opens its database
+// (SQLite by default, PostgreSQL for a postgres:// URL): connection settings, migrations,
+// seeding, and the classification of database errors (busy, unavailable). It has no business
+// rules.
 package models
 
 import "time"

@@ -2,7 +2,6 @@ package models
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mattn/go-sqlite3"
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 )
@@ -22,9 +20,10 @@ import (
 type Option func(*options)
 
 type options struct {
-	logger       *slog.Logger
-	maxOpenConns int
-	busyTimeout  time.Duration
+	logger           *slog.Logger
+	maxOpenConns     int
+	busyTimeout      time.Duration
+	statementTimeout time.Duration
 }
 
 // WithLogger makes Open and GORM log through l: statements slower than 1s at Warn, failed
@@ -37,8 +36,9 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithMaxOpenConns bounds the connection pool of a file database. Default (and for n < 1):
-// max(4, GOMAXPROCS). An in-memory database always uses one connection.
+// WithMaxOpenConns bounds the connection pool. Default (and for n < 1): max(4, GOMAXPROCS)
+// for an SQLite file, DefaultPostgresPool for PostgreSQL. An in-memory SQLite database always
+// uses one connection.
 func WithMaxOpenConns(n int) Option {
 	return func(o *options) {
 		if n > 0 {
@@ -47,8 +47,9 @@ func WithMaxOpenConns(n int) Option {
 	}
 }
 
-// WithBusyTimeout sets how long a statement waits for another connection's write lock before
-// it fails with SQLITE_BUSY. Default (and for d < 1ms): 5s.
+// WithBusyTimeout sets how long an SQLite statement waits for another connection's write lock
+// before it fails with SQLITE_BUSY. Default (and for d < 1ms): the statement timeout. Ignored
+// by PostgreSQL.
 func WithBusyTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d >= time.Millisecond {
@@ -57,9 +58,32 @@ func WithBusyTimeout(d time.Duration) Option {
 	}
 }
 
-// Open opens (creating it if needed) the SQLite database dsn and migrates its schema.
+// WithStatementTimeout bounds every statement: on PostgreSQL it is the session's
+// statement_timeout (the server cancels a statement that runs, or waits for a row lock, longer:
+// SQLSTATE 57014, which IsUnavailable reports); on SQLite, where a statement only ever waits
+// for the write lock, it is the busy timeout unless WithBusyTimeout is given too. Default (and
+// for d < 1ms): 5s.
+func WithStatementTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d >= time.Millisecond {
+			o.statementTimeout = d
+		}
+	}
+}
+
+// DefaultPostgresPool is the connection pool size of a PostgreSQL database when
+// WithMaxOpenConns is not given: enough for the concurrent short write transactions of one
+// storefront (each holds a connection for a few milliseconds), small enough that a dozen
+// storefronts stay under the server's default max_connections of 100.
+const DefaultPostgresPool = 8
+
+// Open opens the database dsn and migrates its schema: PostgreSQL when dsn is a postgres:// or
+// postgresql:// URL (see BackendOf), else SQLite, creating the file if needed.
 //
-// dsn is a file path, a "file:" URI, or ":memory:". Every connection runs in WAL mode with
+// For PostgreSQL, see openPostgres: pgx through gorm.io/driver/postgres, a statement timeout,
+// and a migration serialized across processes by a transaction-scoped advisory lock.
+//
+// For SQLite, dsn is a file path, a "file:" URI, or ":memory:". Every connection runs in WAL mode with
 // synchronous=NORMAL, a busy timeout, foreign keys on, and BEGIN IMMEDIATE for every
 // transaction (_txlock=immediate), so a transaction holds the write lock from its start and a
 // read-then-write transaction cannot fail half-way with SQLITE_BUSY. Parameters already in
@@ -70,13 +94,24 @@ func WithBusyTimeout(d time.Duration) Option {
 // Open fails if the file cannot be opened or the migration fails. The caller closes the
 // database with Close.
 func Open(ctx context.Context, dsn string, opts ...Option) (*gorm.DB, error) {
-	o := options{
-		logger:       slog.New(slog.DiscardHandler),
-		maxOpenConns: max(4, runtime.GOMAXPROCS(0)),
-		busyTimeout:  5 * time.Second,
-	}
+	o := options{logger: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.statementTimeout == 0 {
+		o.statementTimeout = 5 * time.Second
+	}
+	if BackendOf(dsn) == Postgres {
+		if o.maxOpenConns == 0 {
+			o.maxOpenConns = DefaultPostgresPool
+		}
+		return openPostgres(ctx, dsn, o)
+	}
+	if o.maxOpenConns == 0 {
+		o.maxOpenConns = max(4, runtime.GOMAXPROCS(0))
+	}
+	if o.busyTimeout == 0 {
+		o.busyTimeout = o.statementTimeout
 	}
 	full, memory, err := buildDSN(dsn, o.busyTimeout)
 	if err != nil {
@@ -97,12 +132,17 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*gorm.DB, error) {
 	return db, nil
 }
 
-func openOnce(ctx context.Context, full string, memory bool, o options) (*gorm.DB, error) {
-	db, err := gorm.Open(sqlite.Open(full), &gorm.Config{
+// gormConfig is the GORM configuration of both backends.
+func gormConfig(o options) *gorm.Config {
+	return &gorm.Config{
 		SkipDefaultTransaction: true, // transactions are explicit and short
 		TranslateError:         true, // unique violations become gorm.ErrDuplicatedKey
 		Logger:                 gormLogger{log: o.logger, slow: time.Second},
-	})
+	}
+}
+
+func openOnce(ctx context.Context, full string, memory bool, o options) (*gorm.DB, error) {
+	db, err := gorm.Open(sqlite.Open(full), gormConfig(o))
 	if err != nil {
 		return nil, err
 	}
@@ -169,11 +209,19 @@ func buildDSN(dsn string, busy time.Duration) (full string, memory bool, err err
 	return path + "?" + q.Encode(), memory, nil
 }
 
-// migrate creates the schema with GORM's AutoMigrate in one immediate transaction: processes
-// that migrate one file at once run one after the other, and the later ones find the tables
-// and indexes in place and change nothing.
+// migrate creates the schema with GORM's AutoMigrate in one transaction that runs alone
+// (serialize: SQLite's immediate transaction, PostgreSQL's advisory lock): processes that
+// migrate one database at once run one after the other, and the later ones find the tables
+// and indexes in place and change nothing. PostgreSQL's DDL is transactional, so a migration
+// that fails half-way leaves nothing behind.
+//
+// The schema: items (unique sku), orders (unique idempotency_key, NULLs distinct, so that
+// INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING works on both backends).
 func migrate(ctx context.Context, db *gorm.DB) error {
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := serialize(tx); err != nil {
+			return err
+		}
 		return tx.AutoMigrate(&Item{}, &Order{})
 	})
 }
@@ -192,30 +240,4 @@ func retryBusy(ctx context.Context, fn func() error) error {
 		}
 	}
 	return err
-}
-
-// IsBusy reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED: another connection held
-// the lock for longer than the busy timeout.
-func IsBusy(err error) bool {
-	var se sqlite3.Error
-	if errors.As(err, &se) {
-		return se.Code == sqlite3.ErrBusy || se.Code == sqlite3.ErrLocked
-	}
-	return false
-}
-
-// IsUnavailable reports whether err means the database cannot be used right now: busy past
-// the busy timeout, the file cannot be opened or read, or the pool is closed.
-func IsUnavailable(err error) bool {
-	if IsBusy(err) || errors.Is(err, sql.ErrConnDone) {
-		return true
-	}
-	var se sqlite3.Error
-	if errors.As(err, &se) {
-		switch se.Code {
-		case sqlite3.ErrCantOpen, sqlite3.ErrIoErr, sqlite3.ErrReadonly, sqlite3.ErrFull:
-			return true
-		}
-	}
-	return strings.Contains(fmt.Sprint(err), "sql: database is closed")
 }

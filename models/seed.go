@@ -24,12 +24,16 @@ func DemoItems() []Item {
 }
 
 // SeedDemo writes DemoItems when the items table is empty and reports whether it did. The
-// check and the insert run in one immediate transaction, so processes that seed one database
-// at the same moment seed it once. It fails only on a database error.
+// check and the insert run in one transaction that runs alone (SQLite: immediate; PostgreSQL:
+// the migration's advisory lock), so processes that seed one database at the same moment seed
+// it once. It fails only on a database error.
 func SeedDemo(ctx context.Context, db *gorm.DB) (seeded bool, err error) {
 	err = retryBusy(ctx, func() error {
 		seeded = false
 		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			if err := serialize(tx); err != nil {
+				return err
+			}
 			var n int64
 			if err := tx.Model(&Item{}).Count(&n).Error; err != nil {
 				return err

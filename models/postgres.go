@@ -1,0 +1,76 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// advisoryLockKey is the PostgreSQL advisory lock that serializes the migration and the demo
+// seed of every storefront process sharing one database (an arbitrary constant: "stockgrd").
+const advisoryLockKey int64 = 0x73746f636b677264
+
+// openPostgres opens the PostgreSQL database at url with pgx (through database/sql, as GORM
+// uses it) and migrates the schema.
+//
+// Every connection runs with statement_timeout = o.statementTimeout, so a statement that
+// waits for a row lock or runs longer is cancelled by the server, and with the default
+// isolation, READ COMMITTED (the guard's conditional UPDATE re-checks its WHERE on the row's
+// newest version after waiting for a concurrent writer: see README). A connect_timeout in url
+// wins; otherwise a connection attempt gives up after 5s. Parameters in url (sslmode,
+// application_name, statement_timeout...) win over these defaults.
+func openPostgres(ctx context.Context, url string, o options) (*gorm.DB, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("models: bad PostgreSQL URL: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if _, ok := cfg.RuntimeParams["statement_timeout"]; !ok {
+		cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.statementTimeout.Milliseconds(), 10)
+	}
+	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+		cfg.RuntimeParams["application_name"] = "stockguard"
+	}
+	sqlDB := stdlib.OpenDB(*cfg)
+	sqlDB.SetMaxOpenConns(o.maxOpenConns)
+	sqlDB.SetMaxIdleConns(o.maxOpenConns)
+	// Connections are recycled now and then, so that a pool follows a failover or a
+	// connection pooler's rebalancing.
+	sqlDB.SetConnMaxLifetime(30 * time.Minute)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), gormConfig(o))
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("models: open PostgreSQL %s@%s:%d/%s: %w", cfg.User, cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("models: connect to PostgreSQL %s@%s:%d/%s: %w", cfg.User, cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	if err := migrate(ctx, db); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("models: migrate PostgreSQL %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	o.logger.Debug("database open", "backend", Postgres, "host", cfg.Host, "port", cfg.Port, "database", cfg.Database,
+		"pool", o.maxOpenConns, "statement_timeout", o.statementTimeout)
+	return db, nil
+}
+
+// serialize makes the rest of the transaction tx run alone among the storefront processes
+// sharing the database: on PostgreSQL it takes a transaction-scoped advisory lock (released
+// by COMMIT or ROLLBACK, so a crashed process cannot leave it behind); on SQLite the
+// immediate transaction already holds the database's one write lock.
+func serialize(tx *gorm.DB) error {
+	if BackendOfDB(tx) != Postgres {
+		return nil
+	}
+	return tx.Exec("SELECT pg_advisory_xact_lock(?)", advisoryLockKey).Error
+}
