@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +18,42 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/stockguard/stockguard/internal/pgtest"
 	"github.com/stockguard/stockguard/models"
 )
+
+// pg is this package's PostgreSQL server (one per package, started on first use).
+var pg pgtest.Shared
+
+// backend is one database engine the tests run against.
+type backend struct {
+	name string
+	// dsn returns a fresh, empty database: a file in a temporary directory, or a new
+	// database on the package's PostgreSQL server.
+	dsn func(t *testing.T) string
+}
+
+var backends = []backend{
+	{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "store.db") }},
+	{"postgres", func(t *testing.T) string { return pg.Database(t) }},
+}
+
+// forEachBackend runs test once per backend, as subtests named after the backend.
+func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { test(t, b) })
+	}
+}
+
+// openBackend opens a fresh database of b.
+func openBackend(t *testing.T, b backend, opts ...models.Option) (*gorm.DB, string) {
+	t.Helper()
+	dsn := b.dsn(t)
+	db, err := models.Open(context.Background(), dsn, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = models.Close(db) })
+	return db, dsn
+}
 
 // Child mode of TestConcurrentOpenFromProcesses: the test binary re-executes itself with these
 // variables set, opens the database and seeds it, and prints "seeded=<bool>".
@@ -32,7 +67,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(envChildDB); path != "" {
 		os.Exit(child(path, os.Getenv(envChildDir), os.Getenv(envChildID)))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	pg.Close()
+	os.Exit(code)
 }
 
 func child(path, syncDir, id string) int {
@@ -115,8 +152,13 @@ func TestTransactionsAreImmediate(t *testing.T) {
 }
 
 func TestOpenIsIdempotentAndSeedsOnce(t *testing.T) {
+	forEachBackend(t, testOpenIsIdempotentAndSeedsOnce)
+}
+
+func testOpenIsIdempotentAndSeedsOnce(t *testing.T, b backend) {
 	ctx := context.Background()
-	db, path := openFile(t)
+	db, path := openBackend(t, b)
+	assert.Equal(t, models.Backend(b.name), models.BackendOfDB(db))
 	seeded, err := models.SeedDemo(ctx, db)
 	require.NoError(t, err)
 	assert.True(t, seeded)
@@ -137,8 +179,10 @@ func TestOpenIsIdempotentAndSeedsOnce(t *testing.T) {
 	}
 }
 
-func TestUniqueIndexes(t *testing.T) {
-	db, _ := openFile(t)
+func TestUniqueIndexes(t *testing.T) { forEachBackend(t, testUniqueIndexes) }
+
+func testUniqueIndexes(t *testing.T, b backend) {
+	db, _ := openBackend(t, b)
 	require.NoError(t, db.Create(&models.Item{SKU: "x", Name: "x", Stock: 1, InitialStock: 1}).Error)
 	err := db.Create(&models.Item{SKU: "x", Name: "y", Stock: 1, InitialStock: 1}).Error
 	assert.ErrorIs(t, err, gorm.ErrDuplicatedKey)
@@ -187,14 +231,51 @@ func TestOpenRejectsBadDSN(t *testing.T) {
 	assert.Error(t, err)
 	_, err = models.Open(context.Background(), filepath.Join(t.TempDir(), "no", "such", "dir", "x.db"))
 	assert.Error(t, err)
+
+	_, err = models.Open(context.Background(), "postgres://%zz@127.0.0.1/x")
+	assert.ErrorContains(t, err, "bad PostgreSQL URL")
+	// Nothing listens there: refused at once, an outage.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	_, err = models.Open(context.Background(), "postgresql://postgres@"+addr+"/x?sslmode=disable")
+	require.Error(t, err)
+	assert.True(t, models.IsUnavailable(err), "refused: %v", err)
+	// A database that does not exist is not an outage.
+	url := pg.Database(t)
+	_, err = models.Open(context.Background(), strings.Replace(url, "/t", "/nosuch", 1))
+	require.Error(t, err)
+	assert.False(t, models.IsUnavailable(err), "no such database: %v", err)
 }
 
-// Three processes open one fresh file at the same moment: all come up, and the catalogue is
-// seeded exactly once.
+func TestBackendOf(t *testing.T) {
+	for dsn, want := range map[string]models.Backend{
+		"stockguard.db":                     models.SQLite,
+		"file:x.db?mode=rwc":                models.SQLite,
+		":memory:":                          models.SQLite,
+		"postgres://u@h/db":                 models.Postgres,
+		"postgresql://u:p@h:5432/db":        models.Postgres,
+		" POSTGRES://u@h/db":                models.Postgres,
+		"postgres.db":                       models.SQLite,
+		"/var/lib/postgresql/stockguard.db": models.SQLite,
+	} {
+		assert.Equal(t, want, models.BackendOf(dsn), dsn)
+	}
+	assert.True(t, models.SQLite.OneWriter())
+	assert.False(t, models.Postgres.OneWriter())
+}
+
+// Three processes open one fresh database at the same moment: all come up (migration
+// included), and the catalogue is seeded exactly once.
 func TestConcurrentOpenFromProcesses(t *testing.T) {
+	forEachBackend(t, testConcurrentOpenFromProcesses)
+}
+
+func testConcurrentOpenFromProcesses(t *testing.T, b backend) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "fresh.db")
-	const n = 3
+	path := b.dsn(t)
+	const n = 4
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]*bytes.Buffer, n)
 	for i := range cmds {
@@ -247,10 +328,12 @@ func TestDSNParametersWin(t *testing.T) {
 	assert.Equal(t, 2, sqlDB.Stats().MaxOpenConnections)
 }
 
-func TestLoggerAndErrorHelpers(t *testing.T) {
+func TestLoggerAndErrorHelpers(t *testing.T) { forEachBackend(t, testLoggerAndErrorHelpers) }
+
+func testLoggerAndErrorHelpers(t *testing.T, b backend) {
 	var buf syncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	db, _ := openFile(t, models.WithLogger(log))
+	db, _ := openBackend(t, b, models.WithLogger(log))
 
 	err := db.Exec("INSERT INTO no_such_table VALUES (1)").Error
 	require.Error(t, err)
