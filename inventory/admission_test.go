@@ -53,7 +53,7 @@ func TestAdmissionLimitsInFlight(t *testing.T) {
 // ErrOverloaded, the others sell safely, and never more than 3 are in flight at once.
 func TestServiceAdmissionSheds(t *testing.T) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	var inFlight, most atomic.Int64
 	s := newService(t, inventory.Config{
 		DB:        db,

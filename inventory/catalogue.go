@@ -76,7 +76,7 @@ func (s *Service) Stats(ctx context.Context) ([]ItemStats, error) {
 	stats := []ItemStats{}
 	err := s.db.WithContext(ctx).Raw(`
 		SELECT i.id AS item_id, i.sku AS sku, i.initial_stock AS initial_stock, i.stock AS stock,
-		       COALESCE(SUM(o.quantity), 0) AS sold_units, COUNT(o.id) AS order_count
+		       CAST(COALESCE(SUM(o.quantity), 0) AS BIGINT) AS sold_units, COUNT(o.id) AS order_count
 		FROM items i LEFT JOIN orders o ON o.item_id = i.id
 		GROUP BY i.id ORDER BY i.id`).Scan(&stats).Error
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -15,18 +16,49 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/stockguard/stockguard/internal/pgtest"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/models"
 )
 
-// openDB opens a fresh SQLite file in a temporary directory.
-func openDB(t testing.TB) (*gorm.DB, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "inventory.db")
-	return openPath(t, path), path
+// pg is this package's PostgreSQL server (one per package, started on first use).
+var pg pgtest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pg.Close()
+	os.Exit(code)
 }
 
-// openPath opens path again, as another process would.
+// backend is one database engine the tests run against.
+type backend struct {
+	name string
+	// dsn returns a fresh, empty database: a file in a temporary directory, or a new database
+	// on the package's PostgreSQL server. A server that cannot start fails the test.
+	dsn func(t testing.TB) string
+}
+
+var (
+	sqliteBackend   = backend{"sqlite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "inventory.db") }}
+	postgresBackend = backend{"postgres", func(t testing.TB) string { return pg.Database(t) }}
+	backends        = []backend{sqliteBackend, postgresBackend}
+)
+
+// forEachBackend runs test once per backend, as subtests named after the backend.
+func forEachBackend(t *testing.T, test func(t *testing.T, be backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { test(t, b) })
+	}
+}
+
+// openDB opens a fresh database of backend b; the returned dsn opens it again.
+func openDB(t testing.TB, b backend) (*gorm.DB, string) {
+	t.Helper()
+	dsn := b.dsn(t)
+	return openPath(t, dsn), dsn
+}
+
+// openPath opens path (a file or a postgres:// URL) again, as another process would.
 func openPath(t testing.TB, path string) *gorm.DB {
 	t.Helper()
 	db, err := models.Open(context.Background(), path)

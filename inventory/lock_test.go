@@ -91,10 +91,14 @@ func assertFenceOrder(t testing.TB, orders []inventory.Order) {
 }
 
 func TestLockStrategiesNeverOversell(t *testing.T) {
+	forEachBackend(t, testLockStrategiesNeverOversell)
+}
+
+func testLockStrategiesNeverOversell(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
 		t.Run(name, func(t *testing.T) {
-			db, _ := openDB(t)
+			db, _ := openDB(t, be)
 			s, _ := lockService(t, db, srv, locking.Options{}, nil)
 			id := resetItems(t, s, burstStock)[0]
 
@@ -111,8 +115,12 @@ func TestLockStrategiesNeverOversell(t *testing.T) {
 // Two processes (two Services, two lock clients, two connection pools) sharing the Redis and
 // the database: the Redis lock excludes across processes, unlike local.
 func TestLockGuardSafeAcrossProcesses(t *testing.T) {
+	forEachBackend(t, testLockGuardSafeAcrossProcesses)
+}
+
+func testLockGuardSafeAcrossProcesses(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, path := openDB(t)
+	db, path := openDB(t, be)
 	a, _ := lockService(t, db, srv, locking.Options{}, nil)
 	b, _ := lockService(t, openPath(t, path), srv, locking.Options{}, nil)
 	id := resetItems(t, a, burstStock)[0]
@@ -125,7 +133,9 @@ func TestLockGuardSafeAcrossProcesses(t *testing.T) {
 // A lock that expires mid-purchase (short fixed lease, no watchdog, work longer than the
 // lease) while its holder cannot notice: lock oversells, lock+guard does not, because the
 // fence check refuses the older holder's write. This is the lesson of the fence.
-func TestExpiredLockMidPurchase(t *testing.T) {
+func TestExpiredLockMidPurchase(t *testing.T) { forEachBackend(t, testExpiredLockMidPurchase) }
+
+func testExpiredLockMidPurchase(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	// The lock caps its Redis call timeout at a quarter of the lease: 150ms leaves 37ms, enough
 	// on a loaded CI machine.
@@ -140,7 +150,7 @@ func TestExpiredLockMidPurchase(t *testing.T) {
 	const n, stock = 30, 15
 
 	t.Run("lock oversells", func(t *testing.T) {
-		db, _ := openDB(t)
+		db, _ := openDB(t, be)
 		s, _ := lockService(t, db, srv, opts, oblivious)
 		id := resetItems(t, s, stock)[0]
 		o := burstWith(t, []*inventory.Service{s}, inventory.StrategyLock, id, n, work)
@@ -153,7 +163,7 @@ func TestExpiredLockMidPurchase(t *testing.T) {
 		"lock+guard safe, holder told":      nil, // the real lock cancels its context at the end of the lease
 	} {
 		t.Run(name, func(t *testing.T) {
-			db, _ := openDB(t)
+			db, _ := openDB(t, be)
 			s, _ := lockService(t, db, srv, opts, wrap)
 			id := resetItems(t, s, stock)[0]
 			o := burstWith(t, []*inventory.Service{s}, inventory.StrategyLockGuard, id, n, work)
@@ -168,11 +178,15 @@ func TestExpiredLockMidPurchase(t *testing.T) {
 // buys and writes first; then A wakes and writes. lock loses B's update; lock+guard refuses
 // A's stale write, retries with a new token and records both purchases.
 func TestStaleHolderWritesAfterNewerOne(t *testing.T) {
+	forEachBackend(t, testStaleHolderWritesAfterNewerOne)
+}
+
+func testStaleHolderWritesAfterNewerOne(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	opts := locking.Options{Lease: 200 * time.Millisecond, DisableWatchdog: true}
 	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
 		t.Run(name, func(t *testing.T) {
-			db, _ := openDB(t)
+			db, _ := openDB(t, be)
 			s, _ := lockService(t, db, srv, opts, oblivious)
 			id := resetItems(t, s, 10)[0]
 			ctx := t.Context()
@@ -207,9 +221,11 @@ func TestStaleHolderWritesAfterNewerOne(t *testing.T) {
 
 // After the Redis data is wiped (FLUSHALL, or a restart without persistence) lock+guard keeps
 // selling: the item's stored fence token is the floor of the next token.
-func TestFenceFloorAfterRedisWipe(t *testing.T) {
+func TestFenceFloorAfterRedisWipe(t *testing.T) { forEachBackend(t, testFenceFloorAfterRedisWipe) }
+
+func testFenceFloorAfterRedisWipe(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s, _ := lockService(t, db, srv, locking.Options{}, nil)
 	id := resetItems(t, s, 100)[0]
 	ctx := t.Context()
@@ -253,8 +269,12 @@ func TestFenceFloorAfterRedisWipe(t *testing.T) {
 // wipe start again below what the database has seen, and the fence refuses every write (safe,
 // but the item can no longer be sold until the counter catches up).
 func TestWithoutFloorAfterRedisWipeFenceRefuses(t *testing.T) {
+	forEachBackend(t, testWithoutFloorAfterRedisWipeFenceRefuses)
+}
+
+func testWithoutFloorAfterRedisWipeFenceRefuses(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s, _ := lockService(t, db, srv, locking.Options{}, func(l inventory.Locker) inventory.Locker { return noFloor{l} })
 	id := resetItems(t, s, 100)[0]
 	ctx := t.Context()
@@ -275,9 +295,11 @@ func (n noFloor) Obtain(ctx context.Context, key string, _ int64) (inventory.Hel
 	return n.Locker.Obtain(ctx, key, 0)
 }
 
-func TestRedisDownIsUnavailableFast(t *testing.T) {
+func TestRedisDownIsUnavailableFast(t *testing.T) { forEachBackend(t, testRedisDownIsUnavailableFast) }
+
+func testRedisDownIsUnavailableFast(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s, _ := lockService(t, db, srv, locking.Options{CallTimeout: 200 * time.Millisecond}, nil)
 	id := resetItems(t, s, 10)[0]
 	ctx := t.Context()
@@ -307,8 +329,12 @@ func TestRedisDownIsUnavailableFast(t *testing.T) {
 }
 
 func TestLockWaitExhaustedIsLockTimeout(t *testing.T) {
+	forEachBackend(t, testLockWaitExhaustedIsLockTimeout)
+}
+
+func testLockWaitExhaustedIsLockTimeout(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s, lc := lockService(t, db, srv, locking.Options{Wait: 100 * time.Millisecond}, nil)
 	id := resetItems(t, s, 10)[0]
 	ctx := t.Context()
@@ -329,8 +355,12 @@ func TestLockWaitExhaustedIsLockTimeout(t *testing.T) {
 
 // A lock lost before the write (its context cancelled) is retried once, then ErrLockLost.
 func TestLostLockRetriedThenLockLost(t *testing.T) {
+	forEachBackend(t, testLostLockRetriedThenLockLost)
+}
+
+func testLostLockRetriedThenLockLost(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	// Every lock is lost about 200ms into the purchase's 1s of work.
 	s, _ := lockService(t, db, srv, locking.Options{Lease: 200 * time.Millisecond, DisableWatchdog: true}, nil)
 	id := resetItems(t, s, 10)[0]
@@ -344,8 +374,12 @@ func TestLostLockRetriedThenLockLost(t *testing.T) {
 }
 
 func TestClosedLockClientIsUnavailable(t *testing.T) {
+	forEachBackend(t, testClosedLockClientIsUnavailable)
+}
+
+func testClosedLockClientIsUnavailable(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s, lc := lockService(t, db, srv, locking.Options{}, nil)
 	id := resetItems(t, s, 10)[0]
 	require.NoError(t, lc.Close())
@@ -358,8 +392,12 @@ func TestClosedLockClientIsUnavailable(t *testing.T) {
 // A's write with the same token is refused by the strict fence (fence_token < T), and its
 // retry takes a new lock and a greater token. No two orders ever carry one token.
 func TestTwinTokenAfterCounterLossIsRefused(t *testing.T) {
+	forEachBackend(t, testTwinTokenAfterCounterLossIsRefused)
+}
+
+func testTwinTokenAfterCounterLossIsRefused(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	rdb := warmClient(t, srv)
 	lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix})
 	t.Cleanup(func() { _ = lc.Close() })

@@ -15,9 +15,9 @@ import (
 )
 
 // redlockService returns a Service offering redlock+guard over three fresh redis-servers.
-func redlockService(t *testing.T) (*inventory.Service, []*redistest.Server) {
+func redlockService(t *testing.T, be backend) (*inventory.Service, []*redistest.Server) {
 	t.Helper()
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	srvs := make([]*redistest.Server, 3)
 	nodes := make([]redis.UniversalClient, 3)
 	for i := range srvs {
@@ -34,8 +34,10 @@ func redlockService(t *testing.T) (*inventory.Service, []*redistest.Server) {
 	return s, srvs
 }
 
-func TestRedlockGuardNeverOversells(t *testing.T) {
-	s, srvs := redlockService(t)
+func TestRedlockGuardNeverOversells(t *testing.T) { forEachBackend(t, testRedlockGuardNeverOversells) }
+
+func testRedlockGuardNeverOversells(t *testing.T, be backend) {
+	s, srvs := redlockService(t, be)
 	assert.Contains(t, s.Strategies(), inventory.StrategyRedlockGuard)
 	id := resetItems(t, s, burstStock)[0]
 	srvs[2].Stop() // a minority down changes nothing
@@ -47,7 +49,11 @@ func TestRedlockGuardNeverOversells(t *testing.T) {
 }
 
 func TestRedlockGuardQuorumLostIsUnavailable(t *testing.T) {
-	s, srvs := redlockService(t)
+	forEachBackend(t, testRedlockGuardQuorumLostIsUnavailable)
+}
+
+func testRedlockGuardQuorumLostIsUnavailable(t *testing.T, be backend) {
+	s, srvs := redlockService(t, be)
 	id := resetItems(t, s, 10)[0]
 	srvs[0].Stop()
 	srvs[1].Stop()

@@ -30,7 +30,15 @@ type Config struct {
 	// Sleep spends the simulated work; tests may replace it. Default: a timer that ends early
 	// with ctx's error when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// WriteTimeout is the deadline of every write transaction, from BEGIN to COMMIT, whatever
+	// the caller's context: past it the transaction is rolled back and the purchase answers
+	// ErrUnavailable. Default (and for d <= 0): DefaultWriteTimeout.
+	WriteTimeout time.Duration
 }
+
+// DefaultWriteTimeout is Config.WriteTimeout's default: longer than the default statement
+// timeout (SQLite's busy timeout) of models.Open, so a wait for a lock fails as busy first.
+const DefaultWriteTimeout = 10 * time.Second
 
 // Service sells items with the strategy each request names and answers catalogue queries.
 // It is safe for concurrent use.
@@ -61,9 +69,12 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Default == "" {
 		cfg.Default = StrategyLockGuard
 	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
 	s := &Service{
 		db:        cfg.DB,
-		store:     newStore(cfg.DB),
+		store:     newStore(cfg.DB, cfg.WriteTimeout),
 		log:       cfg.Logger,
 		def:       cfg.Default,
 		ping:      cfg.Ping,
@@ -172,8 +183,10 @@ func (s *Service) replay(ctx context.Context, p purchase) (Receipt, bool, error)
 	return receiptOf(o, true), true, nil
 }
 
-// run calls the strategy, retrying once after a lost lock or stale fence and once after
-// SQLITE_BUSY.
+// run calls the strategy, retrying once after a lost lock or stale fence and once after the
+// database said busy (SQLite's SQLITE_BUSY; PostgreSQL's serialization failure or deadlock:
+// models.IsBusy), a transaction rolled back as a whole. A commit of unknown outcome is never
+// retried.
 func (s *Service) run(ctx context.Context, st strategy, name string, p purchase) (Receipt, error) {
 	lostRetried, busyRetried := false, false
 	for {

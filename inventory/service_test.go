@@ -17,9 +17,11 @@ import (
 	"github.com/stockguard/stockguard/models"
 )
 
-func TestPurchaseReceiptAndErrors(t *testing.T) {
+func TestPurchaseReceiptAndErrors(t *testing.T) { forEachBackend(t, testPurchaseReceiptAndErrors) }
+
+func testPurchaseReceiptAndErrors(t *testing.T, be backend) {
 	ctx := t.Context()
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	ids := resetItems(t, s, 5, 0)
 	id, empty := ids[0], ids[1]
@@ -57,7 +59,7 @@ func TestPurchaseReceiptAndErrors(t *testing.T) {
 }
 
 func TestPurchaseValidation(t *testing.T) {
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	s := newService(t, inventory.Config{DB: db})
 	id := resetItems(t, s, 5)[0]
 	for name, req := range map[string]inventory.PurchaseRequest{
@@ -81,7 +83,7 @@ func TestPurchaseValidation(t *testing.T) {
 func TestNewServiceAndStrategies(t *testing.T) {
 	_, err := inventory.NewService(inventory.Config{})
 	assert.Error(t, err, "DB is required")
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	_, err = inventory.NewService(inventory.Config{DB: db, Default: "nope"})
 	assert.Error(t, err)
 	_, err = inventory.NewService(inventory.Config{DB: db, Default: inventory.StrategyRedlockGuard})
@@ -98,8 +100,12 @@ func TestNewServiceAndStrategies(t *testing.T) {
 }
 
 func TestIdempotentReplayAndConflict(t *testing.T) {
+	forEachBackend(t, testIdempotentReplayAndConflict)
+}
+
+func testIdempotentReplayAndConflict(t *testing.T, be backend) {
 	ctx := t.Context()
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	ids := resetItems(t, s, 10, 10)
 	id, other := ids[0], ids[1]
@@ -129,8 +135,12 @@ func TestIdempotentReplayAndConflict(t *testing.T) {
 }
 
 func TestFailedPurchaseWithKeyIsNotRecorded(t *testing.T) {
+	forEachBackend(t, testFailedPurchaseWithKeyIsNotRecorded)
+}
+
+func testFailedPurchaseWithKeyIsNotRecorded(t *testing.T, be backend) {
 	ctx := t.Context()
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	id := resetItems(t, s, 1)[0]
 
@@ -147,11 +157,13 @@ func TestFailedPurchaseWithKeyIsNotRecorded(t *testing.T) {
 //
 // With stock == quantity, the losers across processes fail on the stock the winner took; they
 // still answer the winner's receipt.
-func TestConcurrentSameKeyOneOrder(t *testing.T) {
+func TestConcurrentSameKeyOneOrder(t *testing.T) { forEachBackend(t, testConcurrentSameKeyOneOrder) }
+
+func testConcurrentSameKeyOneOrder(t *testing.T, be backend) {
 	for _, tc := range []struct{ processes, stock int }{{1, 100}, {2, 100}, {1, 3}, {2, 3}} {
 		processes, stock := tc.processes, tc.stock
 		t.Run(fmt.Sprintf("processes=%d/stock=%d", processes, stock), func(t *testing.T) {
-			db, path := openDB(t)
+			db, path := openDB(t, be)
 			services := []*inventory.Service{newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})}
 			if processes == 2 {
 				services = append(services, newService(t, inventory.Config{DB: openPath(t, path), Default: inventory.StrategyGuard}))
@@ -199,9 +211,11 @@ func TestConcurrentSameKeyOneOrder(t *testing.T) {
 	}
 }
 
-func TestReadMethods(t *testing.T) {
+func TestReadMethods(t *testing.T) { forEachBackend(t, testReadMethods) }
+
+func testReadMethods(t *testing.T, be backend) {
 	ctx := t.Context()
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	ids := resetItems(t, s, 10, 20)
 
@@ -245,9 +259,11 @@ func TestReadMethods(t *testing.T) {
 	require.NoError(t, s.Ready(ctx))
 }
 
-func TestReset(t *testing.T) {
+func TestReset(t *testing.T) { forEachBackend(t, testReset) }
+
+func testReset(t *testing.T, be backend) {
 	ctx := t.Context()
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	old := resetItems(t, s, 3)[0]
 	_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: old, Quantity: 1})
@@ -296,7 +312,7 @@ func (a *countingAdmission) Acquire(_ context.Context, itemID int64) (func(), er
 }
 
 func TestAdmission(t *testing.T) {
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	adm := &countingAdmission{limit: 2}
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard, Admission: adm})
 	id := resetItems(t, s, 100)[0]
@@ -316,7 +332,7 @@ func TestAdmission(t *testing.T) {
 // A replay of a finished purchase is answered from its order, even while the item is at its
 // admission limit: the limit guards work, and a replay does none.
 func TestReplayIsNotShedByAdmission(t *testing.T) {
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	adm := &countingAdmission{limit: 1}
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard, Admission: adm})
 	id := resetItems(t, s, 100)[0]
@@ -334,7 +350,11 @@ func TestReplayIsNotShedByAdmission(t *testing.T) {
 }
 
 func TestCancelledPurchaseWritesNothing(t *testing.T) {
-	db, _ := openDB(t)
+	forEachBackend(t, testCancelledPurchaseWritesNothing)
+}
+
+func testCancelledPurchaseWritesNothing(t *testing.T, be backend) {
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db})
 	id := resetItems(t, s, 10)[0]
 	for _, name := range []string{inventory.StrategyNaive, inventory.StrategyLocal, inventory.StrategyGuard} {
@@ -347,7 +367,11 @@ func TestCancelledPurchaseWritesNothing(t *testing.T) {
 }
 
 func TestDatabaseClosedIsUnavailable(t *testing.T) {
-	db, _ := openDB(t)
+	forEachBackend(t, testDatabaseClosedIsUnavailable)
+}
+
+func testDatabaseClosedIsUnavailable(t *testing.T, be backend) {
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	id := resetItems(t, s, 10)[0]
 	require.NoError(t, models.Close(db))
@@ -363,7 +387,7 @@ func TestDatabaseClosedIsUnavailable(t *testing.T) {
 // then answered as ErrUnavailable.
 func TestDatabaseBusyRetriedOnceThenUnavailable(t *testing.T) {
 	ctx := t.Context()
-	_, path := openDB(t)
+	_, path := openDB(t, sqliteBackend)
 	db, err := models.Open(ctx, path, models.WithBusyTimeout(200*time.Millisecond))
 	require.NoError(t, err)
 	defer models.Close(db)

@@ -27,18 +27,31 @@ type row struct {
 	FenceToken int64
 }
 
-// store holds the SQL of a purchase: the reads and the short write transactions. Every write
-// transaction is BEGIN IMMEDIATE (models.Open sets _txlock=immediate) and does no slow work.
+// store holds the SQL of a purchase: the reads and the short write transactions. The SQL is
+// the same on SQLite and PostgreSQL. Every write transaction does no slow work and has a
+// deadline (writeTimeout). On SQLite it is BEGIN IMMEDIATE (models.Open sets
+// _txlock=immediate); on PostgreSQL it runs at READ COMMITTED, where the guarded UPDATE waits
+// for a concurrent writer of the row and then re-checks its WHERE on the row's newest version.
 type store struct {
 	db *gorm.DB
-	// gate admits one write transaction of this process at a time. SQLite has one writer
-	// anyway; without the gate, concurrent BEGIN IMMEDIATEs of one process wait in SQLite's
-	// busy handler, which sleeps 1, 2, 5, 10... ms between tries, instead of in a queue.
-	// Writers of other processes still meet in the busy handler.
+	// gate admits one write transaction of this process at a time, on SQLite only
+	// (models.Backend.OneWriter). SQLite has one writer anyway; without the gate, concurrent
+	// BEGIN IMMEDIATEs of one process wait in SQLite's busy handler, which sleeps 1, 2, 5,
+	// 10... ms between tries, instead of in a queue. Writers of other processes still meet in
+	// the busy handler. PostgreSQL locks rows: no gate, so writers of different items never
+	// wait for each other. nil on PostgreSQL.
 	gate chan struct{}
+	// writeTimeout bounds a write transaction from BEGIN to COMMIT.
+	writeTimeout time.Duration
 }
 
-func newStore(db *gorm.DB) store { return store{db: db, gate: make(chan struct{}, 1)} }
+func newStore(db *gorm.DB, writeTimeout time.Duration) store {
+	st := store{db: db, writeTimeout: writeTimeout}
+	if models.BackendOfDB(db).OneWriter() {
+		st.gate = make(chan struct{}, 1)
+	}
+	return st
+}
 
 // read returns the item's stock and fence token, in a statement of its own (no transaction).
 func (st store) read(ctx context.Context, itemID int64) (row, error) {
@@ -118,19 +131,37 @@ func (st store) guardedWrite(ctx context.Context, p purchase, strategy string, t
 	update func(tx *gorm.DB, now time.Time) *gorm.DB) (Receipt, error) {
 	var rec Receipt
 	err := st.tx(ctx, func(tx *gorm.DB) error {
-		var remaining int
-		err := update(tx, time.Now().UTC()).Row().Scan(&remaining)
-		if errors.Is(err, sql.ErrNoRows) {
-			return whyNotUpdated(tx, p, token)
+		for attempt := 0; ; attempt++ {
+			err := guardedOnce(tx, p, strategy, token, update, &rec)
+			// At READ COMMITTED (PostgreSQL) the read that explains a refused update sees rows
+			// committed after the update: if the row passes now, update again.
+			if !errors.Is(err, errRaced) || attempt == 2 {
+				return err
+			}
 		}
-		if err != nil {
-			return err
-		}
-		rec, err = insertOrder(tx, p, strategy, token, remaining)
-		return err
 	})
 	return rec, err
 }
+
+func guardedOnce(tx *gorm.DB, p purchase, strategy string, token int64,
+	update func(tx *gorm.DB, now time.Time) *gorm.DB, rec *Receipt) error {
+	var remaining int
+	err := update(tx, time.Now().UTC()).Row().Scan(&remaining)
+	if errors.Is(err, sql.ErrNoRows) {
+		return whyNotUpdated(tx, p, token)
+	}
+	if err != nil {
+		return err
+	}
+	*rec, err = insertOrder(tx, p, strategy, token, remaining)
+	return err
+}
+
+// errRaced: the row refused a guarded update, and a read right after finds it would pass.
+// Only at READ COMMITTED (PostgreSQL), where each statement sees the rows committed before it
+// started: a write that committed between the two statements (an unguarded write of naive,
+// local or lock raising the stock) explains it.
+var errRaced = errors.New("inventory: the row changed between the guarded update and its explanation")
 
 // whyNotUpdated reads the item once to tell apart the reasons a guarded update changed nothing.
 func whyNotUpdated(tx *gorm.DB, p purchase, token int64) error {
@@ -145,9 +176,10 @@ func whyNotUpdated(tx *gorm.DB, p purchase, token int64) error {
 		return fmt.Errorf("%w: stale fence token %d on item %d (database has seen %d)",
 			ErrLockLost, token, p.itemID, r.FenceToken)
 	}
-	// Not reachable in one transaction: the row passed both conditions on this read.
-	return fmt.Errorf("inventory: guarded update of item %d changed nothing (stock %d, fence %d)",
-		p.itemID, r.Stock, r.FenceToken)
+	// Not reachable in an SQLite transaction (it holds the write lock); at READ COMMITTED, a
+	// write committed since the update.
+	return fmt.Errorf("%w: guarded update of item %d changed nothing (stock %d, fence %d)",
+		errRaced, p.itemID, r.Stock, r.FenceToken)
 }
 
 func insertOrder(tx *gorm.DB, p purchase, strategy string, token int64, remaining int) (Receipt, error) {
@@ -188,21 +220,65 @@ func receiptOf(o models.Order, replayed bool) Receipt {
 // idempotency key first; the transaction was rolled back and the caller replays that order.
 var errDuplicateKey = errors.New("inventory: idempotency key already used")
 
-// tx runs fn in one short immediate transaction. Once begun, the transaction is not abandoned
-// when ctx is cancelled (a client that hangs up must not leave a commit of unknown outcome);
-// busy_timeout bounds its wait for the write lock. A ctx that is already done writes nothing.
-func (st store) tx(ctx context.Context, fn func(tx *gorm.DB) error) error {
-	select {
-	case st.gate <- struct{}{}:
-		defer func() { <-st.gate }()
-	case <-ctx.Done():
-		return ctx.Err()
+// tx runs fn in one short write transaction. Once begun, the transaction is not abandoned
+// when ctx is cancelled (a client that hangs up must not leave a commit of unknown outcome),
+// but it has a deadline of its own, writeTimeout, from BEGIN to COMMIT: a dead connection or
+// a server that stopped answering cannot hold the purchase (and its item lock) for longer.
+// Past the deadline the driver drops the statement (SQLite: interrupted; pgx: the connection
+// is closed, so the server rolls the transaction back) and tx returns an error wrapping
+// ErrUnavailable. A ctx that is already done writes nothing.
+//
+// A COMMIT whose answer is lost (the connection broke after sending it) has an unknown
+// outcome: the transaction may have committed. tx then returns errOutcomeUnknown (wrapping
+// ErrUnavailable); it is never retried here, and a client resolves it by replaying its
+// Idempotency-Key (Purchase already looks the key up once more before answering).
+func (st store) tx(ctx context.Context, fn func(tx *gorm.DB) error) (err error) {
+	if st.gate != nil {
+		select {
+		case st.gate <- struct{}{}:
+			defer func() { <-st.gate }()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return st.db.WithContext(context.WithoutCancel(ctx)).Transaction(fn)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.writeTimeout)
+	defer cancel()
+	defer func() {
+		if err != nil && wctx.Err() != nil && !isDomain(err) {
+			err = fmt.Errorf("%w: database: write transaction exceeded its %s deadline, rolled back: %w",
+				ErrUnavailable, st.writeTimeout, err)
+		}
+	}()
+	tx := st.db.WithContext(wctx).Begin()
+	if tx.Error != nil {
+		return tx.Error
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback().Error
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	committed = true // from here on, a rollback is the server's decision
+	if err := tx.Commit().Error; err != nil {
+		if models.IsUnavailable(err) && !models.IsBusy(err) {
+			return fmt.Errorf("%w: %w", errOutcomeUnknown, err)
+		}
+		return err
+	}
+	return nil
 }
+
+// errOutcomeUnknown: the COMMIT was sent and its answer lost; the purchase may or may not
+// have been written.
+var errOutcomeUnknown = fmt.Errorf("%w: database: the commit's answer was lost, its outcome is unknown "+
+	"(replay the request with its Idempotency-Key to learn it)", ErrUnavailable)
 
 // orderByKey returns the order stored under an idempotency key, if any.
 func (st store) orderByKey(ctx context.Context, key string) (models.Order, bool, error) {

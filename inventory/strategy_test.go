@@ -14,8 +14,10 @@ const (
 	burstStock = 100
 )
 
-func TestGuardNeverOversells(t *testing.T) {
-	db, _ := openDB(t)
+func TestGuardNeverOversells(t *testing.T) { forEachBackend(t, testGuardNeverOversells) }
+
+func testGuardNeverOversells(t *testing.T, be backend) {
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db})
 	id := resetItems(t, s, burstStock)[0]
 
@@ -26,8 +28,10 @@ func TestGuardNeverOversells(t *testing.T) {
 }
 
 // naive with a work delay between its read and its write oversells: the demo must show it.
-func TestNaiveOversells(t *testing.T) {
-	db, _ := openDB(t)
+func TestNaiveOversells(t *testing.T) { forEachBackend(t, testNaiveOversells) }
+
+func testNaiveOversells(t *testing.T, be backend) {
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db})
 	id := resetItems(t, s, burstStock)[0]
 
@@ -40,8 +44,10 @@ func TestNaiveOversells(t *testing.T) {
 }
 
 // local is safe within one Service (one process)...
-func TestLocalSafeInOneProcess(t *testing.T) {
-	db, _ := openDB(t)
+func TestLocalSafeInOneProcess(t *testing.T) { forEachBackend(t, testLocalSafeInOneProcess) }
+
+func testLocalSafeInOneProcess(t *testing.T, be backend) {
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db})
 	id := resetItems(t, s, burstStock)[0]
 
@@ -52,7 +58,11 @@ func TestLocalSafeInOneProcess(t *testing.T) {
 // ...and oversells through two Service instances on one database, standing for two processes
 // (each with its own connection pool, as a second process would have).
 func TestLocalOversellsAcrossProcesses(t *testing.T) {
-	db, path := openDB(t)
+	forEachBackend(t, testLocalOversellsAcrossProcesses)
+}
+
+func testLocalOversellsAcrossProcesses(t *testing.T, be backend) {
+	db, path := openDB(t, be)
 	a := newService(t, inventory.Config{DB: db})
 	b := newService(t, inventory.Config{DB: openPath(t, path)})
 	id := resetItems(t, a, burstStock)[0]
@@ -64,8 +74,10 @@ func TestLocalOversellsAcrossProcesses(t *testing.T) {
 }
 
 // guard stays safe across processes: the database decides.
-func TestGuardSafeAcrossProcesses(t *testing.T) {
-	db, path := openDB(t)
+func TestGuardSafeAcrossProcesses(t *testing.T) { forEachBackend(t, testGuardSafeAcrossProcesses) }
+
+func testGuardSafeAcrossProcesses(t *testing.T, be backend) {
+	db, path := openDB(t, be)
 	a := newService(t, inventory.Config{DB: db})
 	b := newService(t, inventory.Config{DB: openPath(t, path)})
 	id := resetItems(t, a, burstStock)[0]
@@ -75,7 +87,11 @@ func TestGuardSafeAcrossProcesses(t *testing.T) {
 }
 
 func TestLockStrategiesWithoutLockerAreUnavailable(t *testing.T) {
-	db, _ := openDB(t)
+	forEachBackend(t, testLockStrategiesWithoutLockerAreUnavailable)
+}
+
+func testLockStrategiesWithoutLockerAreUnavailable(t *testing.T, be backend) {
+	db, _ := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	id := resetItems(t, s, 10)[0]
 	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
