@@ -224,8 +224,9 @@ var errDuplicateKey = errors.New("inventory: idempotency key already used")
 // when ctx is cancelled (a client that hangs up must not leave a commit of unknown outcome),
 // but it has a deadline of its own, writeTimeout, from BEGIN to COMMIT: a dead connection or
 // a server that stopped answering cannot hold the purchase (and its item lock) for longer.
-// Past the deadline the driver drops the statement (SQLite: interrupted; pgx: the connection
-// is closed, so the server rolls the transaction back) and tx returns an error wrapping
+// Past the deadline the driver drops the statement (pgx: the connection is closed, so the
+// server rolls the transaction back; SQLite: the statement is interrupted, except in the busy
+// handler, which the busy timeout bounds instead) and tx returns an error wrapping
 // ErrUnavailable. A ctx that is already done writes nothing.
 //
 // A COMMIT whose answer is lost (the connection broke after sending it) has an unknown
@@ -248,7 +249,8 @@ func (st store) tx(ctx context.Context, fn func(tx *gorm.DB) error) (err error) 
 	defer cancel()
 	defer func() {
 		if err != nil && wctx.Err() != nil && !isDomain(err) {
-			err = fmt.Errorf("%w: database: write transaction exceeded its %s deadline, rolled back: %w",
+			// %v: past its deadline the purchase is not retried, even after a busy error.
+			err = fmt.Errorf("%w: database: write transaction exceeded its %s deadline, rolled back: %v",
 				ErrUnavailable, st.writeTimeout, err)
 		}
 	}()
