@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/models"
 )
 
 // config is the server's configuration: flags, each with an environment fallback.
 type config struct {
 	addr            string
 	db              string
+	dbPool          int
+	dbStmtTimeout   time.Duration
 	redisURLs       string
 	strategy        string
 	lockLease       time.Duration
@@ -31,6 +34,8 @@ type config struct {
 var envOf = map[string]string{
 	"addr":                  "ADDR",
 	"db":                    "DATABASE_URL",
+	"db-pool":               "DB_POOL",
+	"db-statement-timeout":  "DB_STATEMENT_TIMEOUT",
 	"redis":                 "REDIS_URL",
 	"strategy":              "STRATEGY",
 	"lock-lease":            "LOCK_LEASE",
@@ -49,7 +54,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs := flag.NewFlagSet("stockguard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", ":8080", "listen address; host:0 picks a free port")
-	fs.StringVar(&c.db, "db", "stockguard.db", "SQLite database file (or a file: URI)")
+	fs.StringVar(&c.db, "db", "stockguard.db", "database: a postgres:// or postgresql:// URL for PostgreSQL,\n"+
+		"anything else is an SQLite file (or a file: URI)")
+	fs.IntVar(&c.dbPool, "db-pool", 0, fmt.Sprintf("database connection pool size per process; 0: %d for PostgreSQL, max(4, GOMAXPROCS) for SQLite",
+		models.DefaultPostgresPool))
+	fs.DurationVar(&c.dbStmtTimeout, "db-statement-timeout", 5*time.Second, "longest a database statement may run or wait for a lock\n"+
+		"(PostgreSQL statement_timeout; SQLite busy timeout); every write transaction gets twice that as its deadline")
 	fs.StringVar(&c.redisURLs, "redis", "", "Redis URL redis://host:port/db; several comma-separated for Redlock.\n"+
 		"Empty: a redis-server child process if one is on PATH, else an in-process Redis")
 	fs.StringVar(&c.strategy, "strategy", inventory.StrategyLockGuard, "default purchase strategy: "+strategyNames())
@@ -104,6 +114,10 @@ func (c config) validate() error {
 		return fmt.Errorf("--lock-lease %s is too short (at least 100ms)", c.lockLease)
 	case c.lockWait <= 0:
 		return fmt.Errorf("--lock-wait %s must be positive", c.lockWait)
+	case c.dbPool < 0 || c.dbPool > 1000:
+		return fmt.Errorf("--db-pool %d must be 0..1000", c.dbPool)
+	case c.dbStmtTimeout < 10*time.Millisecond || c.dbStmtTimeout > 10*time.Minute:
+		return fmt.Errorf("--db-statement-timeout %s must be 10ms..10m", c.dbStmtTimeout)
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
 	case c.shutdownTimeout <= 0:
@@ -131,3 +145,7 @@ func strategyNames() string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// writeTimeout is the deadline of every write transaction: twice the statement timeout, so
+// that a transaction's statement that waits for a lock fails on its own timeout first.
+func (c config) writeTimeout() time.Duration { return 2 * c.dbStmtTimeout }

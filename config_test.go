@@ -18,7 +18,9 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, config{
 		addr: ":8080", db: "stockguard.db", strategy: "lock+guard", lockLease: 30 * time.Second,
 		lockWait: 5 * time.Second, logLevel: slog.LevelInfo, shutdownTimeout: 15 * time.Second,
+		dbStmtTimeout: 5 * time.Second,
 	}, c)
+	assert.Equal(t, 10*time.Second, c.writeTimeout())
 }
 
 func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
@@ -26,6 +28,7 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 		"ADDR": ":9000", "DATABASE_URL": "/data/x.db", "REDIS_URL": "redis://a:6379/0, redis://b:6379/0",
 		"STRATEGY": "guard", "LOCK_LEASE": "10s", "LOCK_WAIT": "1s", "ADMIN_TOKEN": "t0k",
 		"DEMO": "true", "MAX_INFLIGHT_PER_ITEM": "8", "LOG_LEVEL": "debug", "SHUTDOWN_TIMEOUT": "3s",
+		"DB_POOL": "12", "DB_STATEMENT_TIMEOUT": "750ms",
 	}
 	c, err := parseConfig([]string{"--addr", "127.0.0.1:0", "--demo=false"}, func(k string) string { return env[k] }, &bytes.Buffer{})
 	require.NoError(t, err)
@@ -40,6 +43,9 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 	assert.Equal(t, 8, c.maxInflight)
 	assert.Equal(t, slog.LevelDebug, c.logLevel)
 	assert.Equal(t, 3*time.Second, c.shutdownTimeout)
+	assert.Equal(t, 12, c.dbPool)
+	assert.Equal(t, 750*time.Millisecond, c.dbStmtTimeout)
+	assert.Equal(t, 1500*time.Millisecond, c.writeTimeout())
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -54,6 +60,8 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--lock-lease", "1ms"}, nil, "too short"},
 		{[]string{"--log-level", "loud"}, nil, "loud"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
+		{[]string{"--db-pool", "-1"}, nil, "--db-pool -1"},
+		{nil, map[string]string{"DB_STATEMENT_TIMEOUT": "1ms"}, "--db-statement-timeout 1ms"},
 	} {
 		var stderr bytes.Buffer
 		code := run(t.Context(), tt.args, func(k string) string { return tt.env[k] }, &stderr)

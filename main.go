@@ -67,15 +67,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // then takes them down in reverse order: stop accepting and finish in-flight requests, close
 // the lock client, Redis clients and any Redis it started, and the database.
 func serve(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) error {
-	db, err := models.Open(ctx, cfg.db, models.WithLogger(logger))
+	db, err := models.Open(ctx, cfg.db, models.WithLogger(logger), models.WithMaxOpenConns(cfg.dbPool),
+		models.WithStatementTimeout(cfg.dbStmtTimeout))
 	if err != nil {
 		return err
 	}
 	defer closeLogged(logger, "database", func() error { return models.Close(db) })
+	backend := models.BackendOfDB(db)
+	notice(logger, "database", "backend", backend)
 	if seeded, err := models.SeedDemo(ctx, db); err != nil {
 		return fmt.Errorf("seed demo catalogue: %w", err)
 	} else if seeded {
-		logger.Info("database was empty: demo catalogue seeded", "db", cfg.db)
+		logger.Info("database was empty: demo catalogue seeded", "backend", backend)
 	}
 
 	rb, err := openRedis(ctx, cfg.redisURLList(), getenv, logger)
@@ -129,6 +132,8 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Default:   cfg.strategy,
 		Logger:    logger.With("component", "inventory"),
 		Ping:      func(ctx context.Context) error { return rb.client.Ping(ctx).Err() },
+
+		WriteTimeout: cfg.writeTimeout(),
 	})
 	if err != nil {
 		return err
@@ -204,7 +209,7 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 
 // abortWait bounds the wait for cancelled requests after the shutdown grace period: a
 // cancelled purchase returns at once, but one inside its short write transaction finishes it
-// (bounded by SQLite's busy timeout).
+// (bounded by the transaction's deadline, --db-statement-timeout x2).
 const abortWait = 10 * time.Second
 
 // inventoryMaxWork is the longest simulated work of a demo purchase.
