@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/stockguard/stockguard/internal/pgproc"
 )
 
 // ClusterConfig describes the storefront processes of a self-contained run.
@@ -21,15 +23,19 @@ type ClusterConfig struct {
 	Bin       string        // storefront binary; "" builds it from the module root
 	Instances int           // number of storefront processes
 	Lease     time.Duration // --lock-lease for every instance; 0 keeps the server default
+	DB        string        // "sqlite" (or ""), "postgres" (a private server) or a postgres:// URL
 	Log       io.Writer     // where progress lines go (may be nil)
 }
 
-// Cluster is a set of storefront processes sharing one SQLite file and one Redis, all started by
-// the load test. Close stops every process and removes the temporary directory.
+// Cluster is a set of storefront processes sharing one database (an SQLite file, a private
+// PostgreSQL server, or a given PostgreSQL URL) and one Redis, all started by the load test.
+// Close stops every process and removes the temporary directory.
 type Cluster struct {
 	Dir        string
 	AdminToken string
 	Redis      *redisServer
+	DB         string         // "sqlite", "postgres" (private server) or "postgres (url)"
+	Postgres   *pgproc.Server // the private PostgreSQL server; nil otherwise
 	Instances  []*Instance
 }
 
@@ -168,7 +174,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 		return c, err
 	}
 	logf("redis: %s at %s", c.Redis.Kind, c.Redis.URL)
-	args := []string{"--demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "stockguard.db"),
+	dsn, err := c.startDB(ctx, cfg.DB, logf)
+	if err != nil {
+		return c, err
+	}
+	args := []string{"--demo", "--addr", "127.0.0.1:0", "--db", dsn,
 		"--redis", c.Redis.URL, "--admin-token", c.AdminToken}
 	if cfg.Lease > 0 {
 		args = append(args, "--lock-lease", cfg.Lease.String())
@@ -214,7 +224,37 @@ func (c *Cluster) Close() {
 	if c.Redis != nil {
 		c.Redis.Close()
 	}
+	if c.Postgres != nil {
+		c.Postgres.Close()
+	}
 	_ = os.RemoveAll(c.Dir)
+}
+
+// startDB returns the --db of the instances: an SQLite file in c.Dir, a database on a private
+// PostgreSQL server it starts (internal/pgproc: loopback only, fsync off, each commit written
+// to the kernel before it returns), or the given URL.
+func (c *Cluster) startDB(ctx context.Context, db string, logf func(string, ...any)) (string, error) {
+	switch {
+	case db == "" || db == DBSQLite:
+		c.DB = DBSQLite
+		return filepath.Join(c.Dir, "stockguard.db"), nil
+	case db == DBPostgres:
+		c.DB = DBPostgres
+		srv, err := pgproc.Start(pgproc.Options{})
+		if err != nil {
+			return "", err
+		}
+		c.Postgres = srv
+		url, err := srv.CreateDatabase(ctx, "stockguard")
+		if err != nil {
+			return "", err
+		}
+		logf("postgres: private server at %s:%d (pid %d)", srv.Host, srv.Port, srv.PID())
+		return url, nil
+	default:
+		c.DB = "postgres (url)"
+		return db, nil
+	}
 }
 
 func startInstance(bin string, args []string, idx int, dir string) (*Instance, error) {

@@ -24,6 +24,7 @@ type Config struct {
 	Targets     []string      // target mode: base URLs of running storefronts (loopback only)
 	AdminToken  string        // target mode: the servers' admin token
 	Bin         string        // self-contained mode: storefront binary; "" builds it
+	DB          string        // self-contained mode: "sqlite" (a file), "postgres" (a private server) or a postgres:// URL
 	Strategies  []string      // strategies to compare, in order
 	Items       int           // catalogue size
 	Stock       int           // initial stock of every item
@@ -67,6 +68,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&targets, "target", "", "comma-separated base URLs of running storefronts (loopback only) instead of starting them")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin token of the -target servers (needed to reset their catalogue)")
 	fs.StringVar(&c.Bin, "bin", "", "self-contained mode: storefront binary to run instead of building it")
+	fs.StringVar(&c.DB, "db", DBSQLite, `self-contained mode: the instances' shared database: "sqlite" (a file), "postgres" (a private PostgreSQL server it starts), or a postgres:// URL of an existing one`)
 	fs.StringVar(&strategies, "strategies", strings.Join(defaultStrategies, ","), "comma-separated strategies to compare")
 	fs.IntVar(&c.Items, "items", 5, "items in the catalogue")
 	fs.IntVar(&c.Stock, "stock", 100, "initial stock of every item")
@@ -166,6 +168,10 @@ func (c *Config) validate() error {
 		return usageErr("-work must be 0..1s, got %s", c.Work)
 	case c.Chaos != "" && c.Chaos != "none" && c.Chaos != "pause":
 		return usageErr(`-chaos must be "pause" or "none", got %q`, c.Chaos)
+	case len(c.Targets) > 0 && c.DB != DBSQLite && c.DB != "":
+		return usageErr("-db applies to the self-contained mode; -target servers use their own database")
+	case c.DB != "" && c.DB != DBSQLite && c.DB != DBPostgres && !isPostgresURL(c.DB):
+		return usageErr(`-db must be "sqlite", "postgres" or a postgres:// URL, got %q`, c.DB)
 	case c.Chaos == "pause" && len(c.Targets) > 0:
 		return usageErr("-chaos pause needs the self-contained mode (it signals the processes it started)")
 	case c.Chaos == "pause" && (c.Lease < 100*time.Millisecond || c.Lease > time.Minute):
@@ -177,6 +183,9 @@ func (c *Config) validate() error {
 	}
 	if c.Chaos == "none" {
 		c.Chaos = ""
+	}
+	if c.DB == "" {
+		c.DB = DBSQLite
 	}
 	for _, s := range c.Strategies {
 		if !slices.Contains(knownStrategies, s) {
@@ -194,6 +203,17 @@ func (c *Config) validate() error {
 		c.Timeout = 3*c.Lease + 5*time.Second // requests to the paused instance must outlive the pause
 	}
 	return nil
+}
+
+// The -db choices besides a URL.
+const (
+	DBSQLite   = "sqlite"
+	DBPostgres = "postgres"
+)
+
+func isPostgresURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") && u.Host != ""
 }
 
 // checkTarget accepts http(s)://host:port with a loopback host and returns it without a

@@ -1,10 +1,13 @@
 // Command loadtest proves, across several storefront processes, which purchase strategies
 // oversell. By default it builds the storefront, starts three instances sharing one SQLite file
-// and one Redis, and for each strategy resets the catalogue, fires purchases, and checks every
-// invariant of docs/DESIGN.md §12 from the servers' API and its own record of the answers.
+// (-db postgres: a private PostgreSQL server) and one Redis, and for each strategy resets the
+// catalogue, fires purchases, and checks every invariant of docs/DESIGN.md §12 from the servers'
+// API and its own record of the answers.
 //
 //	go run ./loadtest                              # the comparison of all five strategies
 //	go run ./loadtest -chaos pause                 # pause the lock holder past its lease
+//	go run ./loadtest -db postgres                 # the instances share a private PostgreSQL
+//	go run ./loadtest -db postgres://u:p@127.0.0.1:5432/shop   # ... or an existing one
 //	go run ./loadtest -target http://127.0.0.1:8080 -admin-token secret
 //	go run ./loadtest -json report.json -html report.html
 //

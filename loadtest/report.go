@@ -20,6 +20,7 @@ type Report struct {
 	Demo       bool             `json:"demo"`            // the servers accepted X-Strategy
 	Redis      string           `json:"redis,omitempty"` // self-contained: "redis-server" or "miniredis"
 	RedisPID   int              `json:"redis_pid,omitempty"`
+	DB         string           `json:"db,omitempty"` // self-contained: "sqlite", "postgres" or "postgres (url)"
 	Machine    Machine          `json:"machine"`
 	Config     ReportConfig     `json:"config"`
 	Instances  []InstanceInfo   `json:"instances"`
@@ -139,8 +140,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	if c.Rate > 0 {
 		model = fmt.Sprintf("%g/s open model", c.Rate)
 	}
-	fmt.Fprintf(w, "%s, %d instance(s)%s; %d item(s) x %d units; %s per strategy, %s, hot %g, retry %g, quantity 1..%d, work %gms%s; %d CPUs\n\n",
-		r.Mode, len(r.Instances), prefixed(", Redis: ", r.Redis), c.Items, c.Stock, bound, model, c.Hot, c.Retry,
+	fmt.Fprintf(w, "%s, %d instance(s)%s%s; %d item(s) x %d units; %s per strategy, %s, hot %g, retry %g, quantity 1..%d, work %gms%s; %d CPUs\n\n",
+		r.Mode, len(r.Instances), prefixed(", Redis: ", r.Redis), prefixed(", database: ", r.DB), c.Items, c.Stock, bound, model, c.Hot, c.Retry,
 		c.Quantity, c.WorkMS, prefixed(", chaos: ", c.Chaos), r.Machine.CPUs)
 	width := len("strategy")
 	for _, s := range r.Strategies {

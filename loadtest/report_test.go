@@ -233,7 +233,16 @@ func TestParseConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"http://localhost:8080", "http://[::1]:8081"}, c.Targets)
 
+	assert.Equal(t, DBSQLite, c.DB)
+	for _, db := range []string{"postgres", "sqlite", "postgres://u:p@127.0.0.1:5432/shop", "postgresql://u@localhost/shop?sslmode=disable"} {
+		c, err = parseConfig([]string{"-db", db}, &sink)
+		require.NoError(t, err, db)
+		assert.Equal(t, db, c.DB)
+	}
+
 	for _, args := range [][]string{
+		{"-db", "mysql"}, {"-db", "/tmp/x.db"}, {"-db", "postgres://"},
+		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-db", "postgres"},
 		{"-items", "0"}, {"-hot", "1.5"}, {"-work", "2s"}, {"-strategies", "fast"}, {"-chaos", "kill"},
 		{"-target", "http://example.com", "-admin-token", "x"}, {"-target", "http://127.0.0.1:1"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-chaos", "pause"},

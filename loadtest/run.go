@@ -20,7 +20,7 @@ func Run(ctx context.Context, cfg Config, logw io.Writer) (*Report, error) {
 	if len(cfg.Targets) > 0 {
 		return RunTargets(ctx, cfg, cfg.Targets, cfg.AdminToken, nil, logw)
 	}
-	ccfg := ClusterConfig{Bin: cfg.Bin, Instances: cfg.Instances, Log: logw}
+	ccfg := ClusterConfig{Bin: cfg.Bin, Instances: cfg.Instances, Log: logw, DB: cfg.DB}
 	if cfg.Chaos == "pause" {
 		ccfg.Lease = cfg.Lease
 	}
@@ -50,7 +50,7 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			Concurrency: cfg.Concurrency, Rate: cfg.Rate, Quantity: cfg.Quantity, Hot: cfg.Hot, Retry: cfg.Retry,
 			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed}}
 	if cl != nil {
-		rep.Mode, rep.Redis, rep.RedisPID = "self-contained", cl.Redis.Kind, cl.Redis.PID
+		rep.Mode, rep.Redis, rep.RedisPID, rep.DB = "self-contained", cl.Redis.Kind, cl.Redis.PID, cl.DB
 	}
 	if cfg.Chaos == "pause" {
 		rep.Config.LeaseMS = ms(cfg.Lease)

@@ -292,3 +292,40 @@ func TestInterruptStopsEverything(t *testing.T) {
 	}
 	assert.Empty(t, children(t))
 }
+
+// TestThreeInstancesOnPostgres is the comparison with -db postgres: the three instances share a
+// private PostgreSQL server the load test starts (and stops). Same verdicts as on SQLite:
+// naive and local oversell (their reads are outside the write transaction), the guarded
+// strategies are safe.
+func TestThreeInstancesOnPostgres(t *testing.T) {
+	needStorefront(t)
+	ctx := context.Background()
+	cfg := smallRun("naive", "local", "guard", "lock+guard")
+	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, DB: DBPostgres})
+	require.NoError(t, err)
+	require.NotNil(t, cl.Postgres)
+	pids := []int{cl.Redis.PID, cl.Postgres.PID()}
+	for _, in := range cl.Instances {
+		pids = append(pids, in.PID())
+	}
+	pgDir := cl.Postgres.Dir
+	defer func() {
+		cl.Close()
+		assertGone(t, pids...)
+		assert.NoDirExists(t, pgDir, "the PostgreSQL cluster is removed")
+	}()
+
+	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+	require.NoError(t, err)
+	assert.Equal(t, DBPostgres, rep.DB)
+	res := byStrategy(t, rep)
+	for _, s := range []string{"naive", "local"} {
+		assert.Equal(t, VerdictOversold, res[s].Verdict, s)
+		assert.Positive(t, res[s].OversoldUnits, s)
+	}
+	for _, s := range []string{"guard", "lock+guard"} {
+		assert.Equal(t, VerdictSafe, res[s].Verdict, "%s: %v", s, res[s].Violations)
+		assert.Equal(t, cfg.Stock, res[s].SoldUnits, "%s sells exactly the stock", s)
+	}
+	assert.Equal(t, 0, rep.ExitCode)
+}
