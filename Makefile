@@ -3,27 +3,33 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test deps redis-server vet bench loadtest run
+.PHONY: test deps system-packages vet bench loadtest run
 
 ## test: install what the tests need, then vet and run every test under the race detector.
 test: deps vet
 	$(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
 
-## deps: Go modules and a real redis-server (Debian package, installed when missing and root).
-deps: redis-server
+## deps: Go modules, a real redis-server and the PostgreSQL server binaries (Debian packages
+## redis-server and postgresql, installed with one apt-get when missing and root). The tests
+## start their own private servers; nothing is started here.
+deps: system-packages
 	$(GO) mod download
 
-redis-server:
-	@if ! command -v redis-server >/dev/null 2>&1; then \
+system-packages:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	{ [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing redis-server with apt-get"; \
+	    echo "installing$$missing with apt-get"; \
 	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else \
-	    echo "redis-server is missing: install the redis-server package (e.g. sudo apt-get install -y redis-server)" >&2; exit 1; \
+	    echo "missing:$$missing: install the Debian package(s) (e.g. sudo apt-get install -y$$missing)" >&2; exit 1; \
 	  fi; \
 	fi
 	@redis-server --version
+	@ls -d /usr/lib/postgresql/*/bin 2>/dev/null || pg_config --bindir
 
 vet:
 	$(GO) vet $(PKGS)
@@ -32,9 +38,11 @@ vet:
 bench: deps
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime 3s .
 
-## loadtest: the self-contained comparison of every strategy across three processes.
+## loadtest: the self-contained comparison of every strategy across three processes (SQLite;
+## `make loadtest LOADTEST_ARGS="-db postgres"` for a private PostgreSQL).
+LOADTEST_ARGS ?=
 loadtest: deps
-	$(GO) run ./loadtest
+	$(GO) run ./loadtest $(LOADTEST_ARGS)
 
 ## run: the demo storefront.
 run:

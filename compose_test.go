@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/models"
 )
 
 // There is no Docker engine where the tests run: these tests load docker-compose.yml with the
@@ -19,7 +22,7 @@ import (
 
 const storefrontPort = 8080
 
-var storefronts = []string{"storefront-1", "storefront-2"}
+var storefronts = []string{"storefront-1", "storefront-2", "storefront-3"}
 
 func loadCompose(t *testing.T, env ...string) *types.Project {
 	t.Helper()
@@ -38,7 +41,23 @@ func loadCompose(t *testing.T, env ...string) *types.Project {
 func TestComposeFile(t *testing.T) {
 	p := loadCompose(t, "ADMIN_TOKEN=compose-test-token")
 	assert.Equal(t, "stockguard", p.Name)
-	assert.ElementsMatch(t, []string{"redis", "storefront-1", "storefront-2", "nginx"}, p.ServiceNames())
+	assert.ElementsMatch(t, append([]string{"postgres", "redis", "nginx"}, storefronts...), p.ServiceNames())
+
+	pg, err := p.GetService("postgres")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(pg.Image, "postgres:"), pg.Image)
+	assertHealthCheck(t, pg, "pg_isready")
+	assert.Empty(t, pg.Ports, "PostgreSQL is not published on the host")
+	require.Len(t, pg.Volumes, 1, "the database lives on a volume")
+	assert.Equal(t, types.VolumeTypeVolume, pg.Volumes[0].Type)
+	assert.Equal(t, "pgdata", pg.Volumes[0].Source)
+	assert.Equal(t, "/var/lib/postgresql/data", pg.Volumes[0].Target)
+	require.Contains(t, p.Volumes, "pgdata")
+	pgEnv := map[string]string{}
+	for k, v := range pg.Environment {
+		require.NotNil(t, v, "postgres: %s has no value", k)
+		pgEnv[k] = *v
+	}
 
 	redis, err := p.GetService("redis")
 	require.NoError(t, err)
@@ -55,15 +74,12 @@ func TestComposeFile(t *testing.T) {
 		assert.Empty(t, s.Ports, "%s is reached through nginx only", name)
 		assert.Contains(t, []string(s.Expose), "8080")
 		assertHealthCheck(t, s, "/readyz")
-		require.Contains(t, s.DependsOn, "redis")
-		assert.Equal(t, types.ServiceConditionHealthy, s.DependsOn["redis"].Condition)
+		for _, dep := range []string{"redis", "postgres"} {
+			require.Contains(t, s.DependsOn, dep)
+			assert.Equal(t, types.ServiceConditionHealthy, s.DependsOn[dep].Condition, "%s waits for %s", name, dep)
+		}
 		require.NotNil(t, s.StopGracePeriod)
-
-		// Both replicas share the named volume holding the SQLite file.
-		require.Len(t, s.Volumes, 1)
-		assert.Equal(t, types.VolumeTypeVolume, s.Volumes[0].Type)
-		assert.Equal(t, "data", s.Volumes[0].Source)
-		assert.Equal(t, "/data", s.Volumes[0].Target)
+		assert.Empty(t, s.Volumes, "%s keeps no state: the database is PostgreSQL", name)
 
 		env := map[string]string{}
 		for k, v := range s.Environment {
@@ -71,7 +87,17 @@ func TestComposeFile(t *testing.T) {
 			env[k] = *v
 			assert.True(t, knownEnv(k), "%s: %s is not a variable stockguard reads", name, k)
 		}
-		assert.Equal(t, "/data/stockguard.db", env["DATABASE_URL"])
+		// The replicas reach the postgres service as the user, password and database it creates.
+		u, err := url.Parse(env["DATABASE_URL"])
+		require.NoError(t, err)
+		assert.Equal(t, "postgres", u.Scheme)
+		assert.Equal(t, "postgres:5432", u.Host)
+		assert.Equal(t, "/"+pgEnv["POSTGRES_DB"], u.Path)
+		assert.Equal(t, pgEnv["POSTGRES_USER"], u.User.Username())
+		password, _ := u.User.Password()
+		assert.Equal(t, pgEnv["POSTGRES_PASSWORD"], password)
+		assert.Equal(t, models.Postgres, models.BackendOf(env["DATABASE_URL"]))
+		assert.Equal(t, "8", env["DB_POOL"])
 		assert.Equal(t, "redis://redis:6379/0", env["REDIS_URL"])
 		assert.Equal(t, ":8080", env["ADDR"])
 		assert.Equal(t, "compose-test-token", env["ADMIN_TOKEN"])
@@ -86,7 +112,6 @@ func TestComposeFile(t *testing.T) {
 			assert.Equal(t, firstEnv, env, "the replicas are configured alike")
 		}
 	}
-	require.Contains(t, p.Volumes, "data")
 
 	nginx, err := p.GetService("nginx")
 	require.NoError(t, err)
@@ -112,10 +137,14 @@ func TestComposeNeedsAdminToken(t *testing.T) {
 	require.Error(t, err, "without ADMIN_TOKEN the replicas would each generate their own")
 	assert.Contains(t, err.Error(), "ADMIN_TOKEN")
 
-	p := loadCompose(t, "ADMIN_TOKEN=x", "DEMO=true", "PORT=9090")
+	p := loadCompose(t, "ADMIN_TOKEN=x", "DEMO=true", "PORT=9090", "POSTGRES_PASSWORD=s3cret")
 	s, err := p.GetService("storefront-2")
 	require.NoError(t, err)
 	assert.Equal(t, "true", *s.Environment["DEMO"])
+	assert.Contains(t, *s.Environment["DATABASE_URL"], "stockguard:s3cret@postgres:5432")
+	pg, err := p.GetService("postgres")
+	require.NoError(t, err)
+	assert.Equal(t, "s3cret", *pg.Environment["POSTGRES_PASSWORD"])
 	n, err := p.GetService("nginx")
 	require.NoError(t, err)
 	assert.Equal(t, "9090", n.Ports[0].Published)
