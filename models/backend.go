@@ -1,7 +1,6 @@
 package models
 
 import (
-	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -119,14 +118,4 @@ func IsUnavailable(err error) bool {
 	}
 	msg := fmt.Sprint(err)
 	return strings.Contains(msg, "sql: database is closed") || strings.Contains(msg, "conn closed")
-}
-
-// IsTimeout reports whether err is a deadline that ended the call: the context's, or
-// PostgreSQL's statement_timeout.
-func IsTimeout(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == pgQueryCanceled {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err)
 }
