@@ -12,7 +12,6 @@
 package pgproc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +30,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stockguard/stockguard/internal/procutil"
 )
 
 // ErrNoPostgres is returned when the PostgreSQL server binaries cannot be found.
@@ -71,7 +72,7 @@ type Server struct {
 	mu      sync.Mutex
 	proc    *exec.Cmd     // nil while stopped
 	exited  chan struct{} // closed when proc has exited
-	out     *limitedBuffer
+	out     *procutil.LimitedBuffer
 	closed  bool
 	removed bool
 }
@@ -217,7 +218,7 @@ func (s *Server) initdb() error {
 	defer cancel()
 	cmd := s.command("initdb", "-D", s.dataDir(), "-U", Superuser, "-A", "trust", "-E", "UTF8",
 		"--locale=C", "--no-sync", "--no-instructions")
-	out := &limitedBuffer{max: 8 << 10}
+	out := &procutil.LimitedBuffer{Max: 8 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := startAndWait(ctx, cmd); err != nil {
 		return fmt.Errorf("pgproc: initdb in %s: %w (output: %q)", s.dataDir(), err, out.String())
@@ -296,7 +297,7 @@ func (s *Server) Restart() error {
 func (s *Server) startLocked(attempts int) error {
 	var lastErr error
 	for attempt := 0; attempt < attempts; attempt++ {
-		out := &limitedBuffer{max: 8 << 10}
+		out := &procutil.LimitedBuffer{Max: 8 << 10}
 		cmd := s.command("postgres", append([]string{"-D", s.dataDir(), "-p", strconv.Itoa(s.Port)}, s.args...)...)
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -455,32 +456,9 @@ func (s *Server) Close() {
 
 // freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := procutil.FreePort()
 	if err != nil {
-		return 0, fmt.Errorf("pgproc: free port: %w", err)
+		return 0, fmt.Errorf("pgproc: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	return port, nil
 }

@@ -5,7 +5,6 @@
 package redisproc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockguard/stockguard/internal/procutil"
 )
 
 // Kinds of Server.
@@ -45,7 +46,7 @@ type Server struct {
 	cmd    *exec.Cmd
 	dir    string
 	exited chan struct{}
-	out    *limitedBuffer
+	out    *procutil.LimitedBuffer
 
 	// KindMemory
 	mini *miniredis.Miniredis
@@ -89,7 +90,7 @@ func startChild(path string, port int) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisproc: temp dir: %w", err)
 	}
-	out := &limitedBuffer{max: 4 << 10}
+	out := &procutil.LimitedBuffer{Max: 4 << 10}
 	cmd := exec.Command(path,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
 		"--save", "", "--appendonly", "no", "--dir", dir,
@@ -207,32 +208,9 @@ func (s *Server) stop(grace time.Duration) {
 
 // FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := procutil.FreePort()
 	if err != nil {
-		return 0, fmt.Errorf("redisproc: free port: %w", err)
+		return 0, fmt.Errorf("redisproc: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := b.max - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	return port, nil
 }

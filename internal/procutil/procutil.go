@@ -1,0 +1,44 @@
+// Package procutil holds what the helpers that start server processes for this process's own
+// use (internal/redisproc, internal/pgproc) share: a free loopback port and a bounded capture
+// of a child's output.
+package procutil
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"sync"
+)
+
+// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// LimitedBuffer keeps the first Max bytes written to it; it is safe for concurrent writers.
+type LimitedBuffer struct {
+	Max int
+
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LimitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.Max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *LimitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
