@@ -26,6 +26,7 @@ type config struct {
 	adminToken      string
 	demo            bool
 	maxInflight     int
+	instances       int // --demo: supervise this many storefront processes (supervisor.go)
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 }
@@ -43,6 +44,7 @@ var envOf = map[string]string{
 	"admin-token":           "ADMIN_TOKEN",
 	"demo":                  "DEMO",
 	"max-inflight-per-item": "MAX_INFLIGHT_PER_ITEM",
+	"instances":             "INSTANCES",
 	"log-level":             "LOG_LEVEL",
 	"shutdown-timeout":      "SHUTDOWN_TIMEOUT",
 }
@@ -63,10 +65,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.redisURLs, "redis", "", "Redis URL redis://host:port/db; several comma-separated for Redlock.\n"+
 		"Empty: a redis-server child process if one is on PATH, else an in-process Redis")
 	fs.StringVar(&c.strategy, "strategy", inventory.StrategyLockGuard, "default purchase strategy: "+strategyNames())
-	fs.DurationVar(&c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog)")
+	fs.DurationVar(&c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog); "+demoLease.String()+" by default with --demo")
 	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of POST /api/admin/reset; empty: a random one, logged once")
 	fs.BoolVar(&c.demo, "demo", false, "accept X-Strategy and X-Simulated-Work, serve /api/debug/locks")
+	fs.IntVar(&c.instances, "instances", 0, "with --demo: serve the lab and start this many storefront processes sharing the\n"+
+		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
@@ -83,6 +87,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if err := applyEnv(fs, getenv); err != nil {
 		return c, err
+	}
+	leaseGiven := false
+	fs.Visit(func(f *flag.Flag) { leaseGiven = leaseGiven || f.Name == "lock-lease" }) // flag or variable
+	if c.demo && !leaseGiven {
+		c.lockLease = demoLease // short, so that the lab can show a lease running out
 	}
 	return c, c.validate()
 }
@@ -106,6 +115,20 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	return errors.Join(errs...)
 }
 
+// demoLease is the default lock lease in demo mode; maxInstances bounds --instances.
+const (
+	demoLease    = 3 * time.Second
+	maxInstances = 16
+)
+
+// stallFor is the length of the demo stall fault and of the lab's pause: three leases.
+func (c config) stallFor() time.Duration {
+	if !c.demo {
+		return 0
+	}
+	return 3 * c.lockLease
+}
+
 func (c config) validate() error {
 	switch {
 	case !inventory.ValidStrategy(c.strategy):
@@ -118,6 +141,10 @@ func (c config) validate() error {
 		return fmt.Errorf("--db-pool %d must be 0..1000", c.dbPool)
 	case c.dbStmtTimeout < 10*time.Millisecond || c.dbStmtTimeout > 10*time.Minute:
 		return fmt.Errorf("--db-statement-timeout %s must be 10ms..10m", c.dbStmtTimeout)
+	case c.instances < 0 || c.instances > maxInstances:
+		return fmt.Errorf("--instances %d must be 0..%d", c.instances, maxInstances)
+	case c.instances > 0 && !c.demo:
+		return errors.New("--instances needs --demo (it starts the lab)")
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
 	case c.shutdownTimeout <= 0:

@@ -55,7 +55,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return 2
 	}
 	logger := newLogger(stderr, cfg.logLevel)
-	if err := serve(ctx, cfg, getenv, logger); err != nil {
+	serveFn := serve
+	if cfg.instances > 0 {
+		serveFn = supervisorServe(stderr) // supervisor.go: the lab over N storefront children
+	}
+	if err := serveFn(ctx, cfg, getenv, logger); err != nil {
 		logger.Error("stockguard failed", "err", err)
 		return 1
 	}
@@ -89,6 +93,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 
 	metrics := handlers.NewMetrics(prometheus.NewRegistry())
 	held := &inventory.LockSet{}
+	events := labEvents(ctx, cfg) // lab.go: nil unless --demo
 
 	lockOpts := func(prefix, component string) *locking.Options {
 		return &locking.Options{
@@ -96,7 +101,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 			Lease:     cfg.lockLease,
 			Wait:      cfg.lockWait,
 			Logger:    logger.With("component", component),
-			Hooks:     locking.JoinHooks(inventory.ObserverHooks(metrics), held.Hooks(prefix)),
+			Hooks:     locking.JoinHooks(inventory.ObserverHooks(metrics), held.Hooks(prefix), labHooks(events)),
 		}
 	}
 	lockClient := locking.New(rb.client, lockOpts(inventory.LockKeyPrefix, "locking"))
@@ -124,17 +129,21 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		notice(logger, "admission limit", "max_inflight_per_item", cfg.maxInflight)
 	}
 
-	svc, err := inventory.NewService(inventory.Config{
-		DB:        db,
-		Locker:    inventory.NewLocker(lockClient),
-		Redlock:   redlock,
-		Admission: admission,
-		Default:   cfg.strategy,
-		Logger:    logger.With("component", "inventory"),
-		Ping:      func(ctx context.Context) error { return rb.client.Ping(ctx).Err() },
-
+	icfg := inventory.Config{
+		DB:           db,
+		Locker:       inventory.NewLocker(lockClient),
+		Redlock:      redlock,
+		Admission:    admission,
+		Default:      cfg.strategy,
+		Logger:       logger.With("component", "inventory"),
+		Ping:         func(ctx context.Context) error { return rb.client.Ping(ctx).Err() },
 		WriteTimeout: cfg.writeTimeout(),
-	})
+	}
+	if events != nil {
+		stallClient := labStall(&icfg, cfg, events, rb.client, lockOpts(inventory.LockKeyPrefix, "locking-stall"))
+		defer closeLogged(logger, "stall lock client", stallClient.Close)
+	}
+	svc, err := inventory.NewService(icfg)
 	if err != nil {
 		return err
 	}
@@ -152,6 +161,8 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Logger:          logger,
 		Metrics:         metrics,
 		Debug:           held,
+		Events:          events,
+		Lease:           cfg.lockLease,
 	})
 	return listenAndServe(ctx, cfg, handler, logger)
 }
@@ -173,7 +184,7 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      cfg.lockWait + 2*inventoryMaxWork + 30*time.Second,
+		WriteTimeout:      cfg.lockWait + 2*inventoryMaxWork + cfg.stallFor() + 30*time.Second,
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}

@@ -11,6 +11,10 @@
 //	GET  /api/stats                  sales per item, with oversold_units
 //	POST /api/admin/reset            Authorization: Bearer <token>; {"items":[...]}
 //	GET  /api/debug/locks            --demo only: the item locks this process holds
+//	GET  /api/strategies             the strategies offered, with description and safety
+//	GET  /api/events                 --demo only: server-sent lock and purchase events
+//	GET  /api/lab, POST /api/lab/run, /api/lab/pause, /api/lab/reset   --demo only: the lab
+//	GET  /, /static/*                the lab page (--demo) or the shop page
 //	GET  /healthz, /readyz, /metrics
 //
 // A path id must be a positive decimal integer: anything else is 400 invalid_request, so 404
@@ -52,6 +56,7 @@ type Service interface {
 	Reset(ctx context.Context, items []inventory.NewItem) error
 	Ready(ctx context.Context) error
 	Strategies() []string
+	DescribeStrategies() []inventory.StrategyInfo
 }
 
 // Config configures New.
@@ -72,6 +77,10 @@ type Config struct {
 	// Debug lists the locks held by this process for /api/debug/locks (demo mode only);
 	// nil answers an empty list.
 	Debug DebugSource
+	// Events, in demo mode, is streamed on /api/events (nil: that route answers 404).
+	Events *Events
+	// Lease is the item locks' lease, shown by the lab (demo mode).
+	Lease time.Duration
 }
 
 // ginSetup sets Gin's process-wide settings once: release mode, no debug output.
@@ -86,6 +95,8 @@ type server struct {
 	metrics         *Metrics
 	debug           DebugSource
 	offered         map[string]bool // the service's strategies
+	hub             *Events
+	lab             *lab // demo mode only
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
@@ -104,9 +115,13 @@ func New(cfg Config) http.Handler {
 		metrics:         cfg.Metrics,
 		debug:           cfg.Debug,
 		offered:         make(map[string]bool),
+		hub:             cfg.Events,
 	}
 	for _, name := range cfg.Service.Strategies() {
 		s.offered[name] = true
+	}
+	if cfg.Demo {
+		s.lab = &lab{lease: cfg.Lease, svc: cfg.Service, hc: newLabClient()}
 	}
 	if s.defaultStrategy == "" {
 		s.defaultStrategy = inventory.StrategyLockGuard
@@ -118,19 +133,7 @@ func New(cfg Config) http.Handler {
 }
 
 func (s *server) engine(logger *slog.Logger) *gin.Engine {
-	ginSetup.Do(func() {
-		gin.SetMode(gin.ReleaseMode)
-		gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
-	})
-	r := gin.New()
-	r.HandleMethodNotAllowed = true
-	r.RedirectTrailingSlash = false
-	r.RedirectFixedPath = false
-	r.ContextWithFallback = true
-	r.Use(requestID(logger), accessLog(), recovery())
-	r.NoRoute(func(c *gin.Context) { writeError(c, errRouteNotFound) })
-	r.NoMethod(func(c *gin.Context) { writeError(c, errMethodNotAllowed) })
-
+	r := s.baseEngine(logger)
 	small := limitBody(MaxBodyBytes)
 	r.GET("/healthz", small, s.healthz)
 	r.GET("/readyz", small, s.readyz)
@@ -144,11 +147,55 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	api.GET("/stats", small, s.stats)
 	api.POST("/admin/reset", limitBody(MaxResetBodyBytes), s.requireAdmin, s.reset)
 	api.GET("/debug/locks", small, s.debugLocks)
+	api.GET("/strategies", small, s.strategies)
+	api.GET("/events", small, s.events)
+	if s.lab != nil {
+		s.lab.routes(api)
+	}
+	pageRoutes(r, s.demo)
+	return r
+}
+
+// baseEngine returns a Gin engine with the middleware and the JSON 404 and 405 answers.
+func (s *server) baseEngine(logger *slog.Logger) *gin.Engine {
+	ginSetup.Do(func() {
+		gin.SetMode(gin.ReleaseMode)
+		gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
+	})
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.ContextWithFallback = true
+	r.Use(requestID(logger), accessLog(), recovery())
+	r.NoRoute(func(c *gin.Context) { writeError(c, errRouteNotFound) })
+	r.NoMethod(func(c *gin.Context) { writeError(c, errMethodNotAllowed) })
 	return r
 }
 
 func (s *server) healthz(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+}
+
+// strategies answers GET /api/strategies: the strategies offered, with description and
+// safety (the lab builds its list from it).
+func (s *server) strategies(c *gin.Context) {
+	infos := s.svc.DescribeStrategies()
+	views := make([]strategyView, len(infos))
+	for i, st := range infos {
+		views[i] = strategyView{Name: st.Name, Description: st.HowIt, Safety: st.Safety, Safe: st.Safe,
+			Default: st.Name == s.defaultStrategy}
+	}
+	c.JSON(http.StatusOK, views)
+}
+
+// strategyView is a strategy as GET /api/strategies shows it.
+type strategyView struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Safety      string `json:"safety"`
+	Safe        bool   `json:"safe"` // never oversells, even when a lock is lost
+	Default     bool   `json:"default"`
 }
 
 func (s *server) readyz(c *gin.Context) {

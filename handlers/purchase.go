@@ -22,6 +22,7 @@ const (
 	headerIdempotencyKey = "Idempotency-Key"
 	headerStrategy       = "X-Strategy"
 	headerSimulatedWork  = "X-Simulated-Work"
+	headerFault          = "X-Fault" // demo: "stall", inventory's stall fault
 )
 
 // purchase answers 201 with the receipt of a new order, or 200 with the original receipt when
@@ -59,6 +60,9 @@ func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error
 		return req, err
 	}
 	if req.Strategy, req.Work, err = s.demoHeaders(c.Request.Header); err != nil {
+		return req, err
+	}
+	if req.Stall, err = s.faultHeader(c.Request.Header); err != nil {
 		return req, err
 	}
 	req.Quantity, err = decodeQuantity(c.Request.Body)
@@ -101,6 +105,20 @@ func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration
 		}
 	}
 	return strategy, work, nil
+}
+
+// faultHeader reads X-Fault (demo mode only): "stall" asks for the stall fault.
+func (s *server) faultHeader(h http.Header) (bool, error) {
+	values, ok := h[http.CanonicalHeaderKey(headerFault)]
+	switch {
+	case !ok:
+		return false, nil
+	case !s.demo:
+		return false, fmt.Errorf("%w: %s is only accepted when the server runs with --demo", inventory.ErrInvalid, headerFault)
+	case len(values) != 1 || values[0] != faultStall:
+		return false, fmt.Errorf("%w: %s must be %q", inventory.ErrInvalid, headerFault, faultStall)
+	}
+	return true, nil
 }
 
 // decodeQuantity reads the body {"quantity":N} and returns N, a non-negative integer (the

@@ -34,6 +34,16 @@ type Config struct {
 	// the caller's context: past it the transaction is rolled back and the purchase answers
 	// ErrUnavailable. Default (and for d <= 0): DefaultWriteTimeout.
 	WriteTimeout time.Duration
+
+	// Observer, if set, is told of every purchase attempt's outcome and of lock waits
+	// (events.go). Default: none.
+	Observer Observer
+	// StallFor enables the demo stall fault (PurchaseRequest.Stall) with this length; it
+	// should be longer than the lock's lease. StallLocker is the Locker of stalled purchases
+	// of lock and lock+guard: a lock client with the same Redis and key prefix but no
+	// watchdog, so the lease runs out during the stall. Default: the fault is refused.
+	StallFor    time.Duration
+	StallLocker Locker
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: longer than the default statement
@@ -52,6 +62,8 @@ type Service struct {
 	strategies map[string]strategy
 	names      []string
 	keys       keyed[string] // idempotency keys in flight in this process
+	deps       deps          // what the strategies share; deps.observe reports each attempt
+	stallFor   time.Duration
 }
 
 // NewService returns a Service over cfg. It fails when cfg.DB is nil or cfg.Default is not a
@@ -73,6 +85,7 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
 	s := &Service{
+		stallFor:  cfg.StallFor,
 		db:        cfg.DB,
 		store:     newStore(cfg.DB, cfg.WriteTimeout),
 		log:       cfg.Logger,
@@ -80,7 +93,9 @@ func NewService(cfg Config) (*Service, error) {
 		ping:      cfg.Ping,
 		admission: cfg.Admission,
 	}
-	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger}
+	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger,
+		obs: cfg.Observer, stallFor: cfg.StallFor, stallLocker: cfg.StallLocker}
+	s.deps = d
 	s.strategies = make(map[string]strategy, len(strategyTable))
 	for _, st := range strategyTable {
 		if st.Redlock && cfg.Redlock == nil {
@@ -121,6 +136,7 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 		work:        req.Work,
 		key:         req.IdempotencyKey,
 		fingerprint: fingerprint(req.ItemID, req.Quantity),
+		stall:       req.Stall,
 	}
 	if p.key == "" {
 		return s.admitAndRun(ctx, st, name, p)
@@ -191,6 +207,8 @@ func (s *Service) run(ctx context.Context, st strategy, name string, p purchase)
 	lostRetried, busyRetried := false, false
 	for {
 		rec, err := st.buy(ctx, p)
+		s.deps.observe(p, name, rec, err)
+		p.stall = false // the fault stops the first attempt only
 		switch {
 		case err == nil:
 			s.log.DebugContext(ctx, "purchase", "item", p.itemID, "quantity", p.quantity, "strategy", name,
@@ -232,6 +250,8 @@ func (s *Service) validate(req *PurchaseRequest) (strategy, string, error) {
 		return nil, "", fmt.Errorf("%w: simulated work must be from 0s to %s, got %s", ErrInvalid, MaxWork, req.Work)
 	case len(req.IdempotencyKey) > MaxIdempotencyKey || !printableASCII(req.IdempotencyKey):
 		return nil, "", fmt.Errorf("%w: idempotency key must be 1 to %d printable ASCII characters", ErrInvalid, MaxIdempotencyKey)
+	case req.Stall && s.stallFor <= 0:
+		return nil, "", fmt.Errorf("%w: the stall fault is only offered in demo mode", ErrInvalid)
 	}
 	name := req.Strategy
 	if name == "" {
@@ -240,6 +260,9 @@ func (s *Service) validate(req *PurchaseRequest) (strategy, string, error) {
 	st, ok := s.strategies[name]
 	if !ok {
 		return nil, "", fmt.Errorf("%w: unknown strategy %q (offered: %v)", ErrInvalid, name, s.names)
+	}
+	if req.Stall && name == StrategyRedlockGuard {
+		return nil, "", fmt.Errorf("%w: the stall fault is not offered with %s", ErrInvalid, name)
 	}
 	return st, name, nil
 }

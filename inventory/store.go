@@ -19,6 +19,7 @@ type purchase struct {
 	work        time.Duration
 	key         string // idempotency key; "" for none
 	fingerprint string
+	stall       bool // the demo stall fault (events.go)
 }
 
 // row is what a strategy reads of an item.
@@ -173,8 +174,7 @@ func whyNotUpdated(tx *gorm.DB, p purchase, token int64) error {
 		return err
 	}
 	if token > 0 && r.FenceToken >= token {
-		return fmt.Errorf("%w: stale fence token %d on item %d (database has seen %d)",
-			ErrLockLost, token, p.itemID, r.FenceToken)
+		return &staleFenceError{itemID: p.itemID, token: token, seen: r.FenceToken}
 	}
 	// Not reachable in an SQLite transaction (it holds the write lock); at READ COMMITTED, a
 	// write committed since the update.

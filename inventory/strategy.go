@@ -75,6 +75,10 @@ type deps struct {
 	store store
 	sleep func(ctx context.Context, d time.Duration) error // the simulated work
 	log   *slog.Logger
+
+	obs         Observer      // nil: nobody is told (events.go)
+	stallFor    time.Duration // the demo stall fault's length; 0: off
+	stallLocker Locker        // the lock of a stalled purchase: no watchdog
 }
 
 // naive reads the stock (a statement of its own), checks it, works, then writes the stock it
@@ -118,6 +122,9 @@ func readCheckWorkWrite(ctx, workCtx context.Context, d deps, p purchase, name s
 	if err := workCtx.Err(); err != nil {
 		return Receipt{}, lostOr(ctx, workCtx, err, p.itemID)
 	}
+	if err := d.stall(ctx, p, name); err != nil {
+		return Receipt{}, err
+	}
 	return d.store.writeComputed(ctx, p, name, r.Stock-p.quantity, token)
 }
 
@@ -127,6 +134,9 @@ type guard struct{ deps }
 
 func (s guard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err := s.sleep(ctx, p.work); err != nil {
+		return Receipt{}, err
+	}
+	if err := s.stall(ctx, p, StrategyGuard); err != nil {
 		return Receipt{}, err
 	}
 	return s.store.writeGuarded(ctx, p, StrategyGuard)
@@ -141,7 +151,7 @@ type lock struct {
 }
 
 func (s lock) buy(ctx context.Context, p purchase) (Receipt, error) {
-	held, err := obtain(ctx, s.locker, p.itemID, 0)
+	held, err := s.obtainObserved(ctx, s.locker, p, StrategyLock, 0)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -169,7 +179,7 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
 		return Receipt{}, err
 	}
-	held, err := obtain(ctx, s.locker, p.itemID, r.FenceToken)
+	held, err := s.obtainObserved(ctx, s.locker, p, s.name, r.FenceToken)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -180,6 +190,9 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	}
 	if err := lctx.Err(); err != nil {
 		return Receipt{}, lostOr(ctx, lctx, err, p.itemID)
+	}
+	if err := s.stall(ctx, p, s.name); err != nil {
+		return Receipt{}, err
 	}
 	return s.store.writeFenced(ctx, p, s.name, held.Token())
 }

@@ -35,6 +35,10 @@ type PurchaseRequest struct {
 	Strategy       string        // "" means the service's default strategy
 	IdempotencyKey string        // "" means none
 	Work           time.Duration // simulated slow work (a payment call), 0..MaxWork
+	// Stall asks for the demo stall fault (events.go): stop after the work, before the
+	// write, for Config.StallFor, with a lock that is not renewed. Refused with ErrInvalid
+	// when the service has no StallFor.
+	Stall bool
 }
 
 // Receipt is the result of a successful purchase, or of an idempotent replay of one.

@@ -1,0 +1,280 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/stockguard/stockguard/inventory"
+)
+
+// Limits of a lab run.
+const (
+	maxLabBuyers   = 200
+	labRunTimeout  = 90 * time.Second // a whole run, stall or pause included
+	labHeldTimeout = 2 * time.Second  // past the work: how long a run waits for the stalled purchase's lock
+)
+
+// Verdicts of a lab run, as the load test names them.
+const (
+	verdictSafe       = "SAFE"
+	verdictOversold   = "OVERSOLD"
+	verdictLostUpdate = "LOST UPDATE"
+)
+
+// Faults of a lab run.
+const (
+	faultNone  = ""
+	faultStall = "stall" // the first buyer stalls before its write (inventory's stall fault)
+	faultPause = "pause" // the supervisor SIGSTOPs the item's lock holder during the burst
+)
+
+// labRunRequest is the body of POST /api/lab/run.
+type labRunRequest struct {
+	Strategy string `json:"strategy"`
+	Buyers   int    `json:"buyers"`
+	WorkMS   int    `json:"work_ms"`
+	Quantity int    `json:"quantity"`
+	Item     int64  `json:"item"`
+	Fault    string `json:"fault"`
+}
+
+// labRunResult is the answer of a run: what the buyers were told, and the item before and
+// after, from which the verdict follows (as in the load test: oversold, then lost update).
+type labRunResult struct {
+	labRunRequest
+	StartedMS   float64        `json:"started_ms"` // Unix ms
+	EndedMS     float64        `json:"ended_ms"`
+	Answers     map[string]int `json:"answers"` // created, or the error code
+	Initial     int            `json:"initial_stock"`
+	StockBefore int            `json:"stock_before"`
+	StockAfter  int            `json:"stock_after"`
+	Sold        int            `json:"sold"`         // units of the orders written in the run
+	Oversold    int            `json:"oversold"`     // units sold beyond the initial stock, added by the run
+	LostUpdates int            `json:"lost_updates"` // units sold that the stock does not show
+	Verdict     string         `json:"verdict"`
+	Paused      *Paused        `json:"paused,omitempty"`
+	Note        string         `json:"note,omitempty"`
+}
+
+// run answers POST /api/lab/run: a burst of purchases, round-robin across the instances,
+// with the chosen fault; it answers once every buyer has its answer.
+func (l *lab) run(c *gin.Context) {
+	var req labRunRequest
+	if err := decodeStrict(c.Request.Body, &req); err != nil {
+		writeError(c, err)
+		return
+	}
+	switch {
+	case req.Buyers < 1 || req.Buyers > maxLabBuyers:
+		writeError(c, fmt.Errorf("%w: buyers must be 1..%d", inventory.ErrInvalid, maxLabBuyers))
+		return
+	case req.Fault != faultNone && req.Fault != faultStall && req.Fault != faultPause:
+		writeError(c, fmt.Errorf("%w: fault must be \"\", %q or %q", inventory.ErrInvalid, faultStall, faultPause))
+		return
+	case req.Fault == faultPause && l.sup == nil:
+		writeError(c, errPauseUnsupported)
+		return
+	}
+	// The run may outlast the server's write timeout (a stall lasts three leases).
+	_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(labRunTimeout + 10*time.Second))
+	ctx, cancel := context.WithTimeout(c.Request.Context(), labRunTimeout)
+	defer cancel()
+	res, err := l.burst(ctx, l.instances(c), req)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, res)
+}
+
+// answer is what one buyer was told.
+type answer struct{ code, message string }
+
+func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest) (labRunResult, error) {
+	res := labRunResult{labRunRequest: req, Answers: map[string]int{}}
+	first := insts[0].URL
+	before, err := l.itemStats(ctx, first, req.Item)
+	if err != nil {
+		return res, err
+	}
+	res.StartedMS = unixMS(time.Now())
+	answers := make(chan answer, req.Buyers)
+	var wg sync.WaitGroup
+	buy := func(i int, stall bool) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers <- l.purchase(ctx, insts[i%len(insts)].URL, req, stall)
+		}()
+	}
+	next := 0
+	if req.Fault == faultStall {
+		// The stalled buyer goes first and alone: once it holds the lock, the others queue
+		// behind it, and one of them takes the lock when its lease runs out.
+		buy(0, true)
+		next = 1
+		l.waitHeld(ctx, first, req.Item, time.Duration(req.WorkMS)*time.Millisecond+labHeldTimeout)
+	}
+	for i := next; i < req.Buyers; i++ {
+		buy(i, false)
+	}
+	if req.Fault == faultPause {
+		res.Paused, res.Note = l.pauseHolder(ctx, req.Item)
+	}
+	wg.Wait()
+	close(answers)
+	var invalid *answer
+	for a := range answers {
+		res.Answers[a.code]++
+		if a.code == "invalid_request" && invalid == nil {
+			invalid = &a
+		}
+	}
+	if invalid != nil && res.Answers["invalid_request"] == req.Buyers {
+		return res, fmt.Errorf("%w: %s", inventory.ErrInvalid, invalid.message)
+	}
+	after, err := l.itemStats(context.WithoutCancel(ctx), first, req.Item)
+	if err != nil {
+		return res, err
+	}
+	res.EndedMS = unixMS(time.Now())
+	res.Initial, res.StockBefore, res.StockAfter = after.InitialStock, before.Stock, after.Stock
+	res.Sold = after.SoldUnits - before.SoldUnits
+	res.Oversold = after.OversoldUnits - before.OversoldUnits
+	res.LostUpdates = res.Sold - (before.Stock - after.Stock)
+	switch {
+	case res.Oversold > 0:
+		res.Verdict = verdictOversold
+	case res.LostUpdates != 0:
+		res.Verdict = verdictLostUpdate
+	default:
+		res.Verdict = verdictSafe
+	}
+	return res, nil
+}
+
+// purchase sends one purchase of the run to the instance at base.
+func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, stall bool) answer {
+	body := []byte(`{"quantity":` + strconv.Itoa(req.Quantity) + `}`)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost,
+		base+"/api/items/"+strconv.FormatInt(req.Item, 10)+"/purchase", bytes.NewReader(body))
+	if err != nil {
+		return answer{code: "invalid_request", message: err.Error()}
+	}
+	if req.Strategy != "" {
+		hr.Header.Set(headerStrategy, req.Strategy)
+	}
+	hr.Header.Set(headerSimulatedWork, (time.Duration(req.WorkMS) * time.Millisecond).String())
+	if stall {
+		hr.Header.Set(headerFault, faultStall)
+	}
+	resp, err := l.hc.Do(hr)
+	if err != nil {
+		return answer{code: "unreachable", message: err.Error()}
+	}
+	defer resp.Body.Close()
+	var out errorBody
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode == http.StatusCreated:
+		return answer{code: "created"}
+	case resp.StatusCode == http.StatusOK:
+		return answer{code: "replayed"}
+	case json.Unmarshal(data, &out) == nil && out.Error.Code != "":
+		return answer{code: out.Error.Code, message: out.Error.Message}
+	default:
+		return answer{code: "http_" + strconv.Itoa(resp.StatusCode)}
+	}
+}
+
+// itemStats reads one item's sales summary from the instance at base.
+func (l *lab) itemStats(ctx context.Context, base string, item int64) (inventory.ItemStats, error) {
+	var stats []inventory.ItemStats
+	if err := l.getJSON(ctx, base+"/api/stats", &stats); err != nil {
+		return inventory.ItemStats{}, err
+	}
+	for _, st := range stats {
+		if st.ItemID == item {
+			return st, nil
+		}
+	}
+	return inventory.ItemStats{}, fmt.Errorf("%w: item %d", inventory.ErrNotFound, item)
+}
+
+// waitHeld waits, up to limit, until the instance at base holds item's lock.
+func (l *lab) waitHeld(ctx context.Context, base string, item int64, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		var body debugLocksBody
+		if l.getJSON(ctx, base+"/api/debug/locks", &body) == nil {
+			for _, h := range body.Locks {
+				if h.ItemID == item {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return // a strategy without a lock: the stall still holds the first buyer back
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// pauseHolder asks the supervisor to pause the item's lock holder as soon as there is one.
+func (l *lab) pauseHolder(ctx context.Context, item int64) (*Paused, string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		p, err := l.sup.Pause(ctx, item)
+		if err == nil {
+			return &p, ""
+		}
+		if !errors.Is(err, ErrNotHeld) {
+			return nil, "pause failed: " + err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "no instance was seen holding the item's lock: the strategy takes none, or the burst was over"
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (l *lab) getJSON(ctx context.Context, url string, v any) error {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := l.hc.Do(hr)
+	if err != nil {
+		return fmt.Errorf("%w: lab instance %s: %w", inventory.ErrUnavailable, url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: lab instance %s answered %s", inventory.ErrUnavailable, url, resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
+}
+
+func unixMS(t time.Time) float64 { return float64(t.UnixMicro()) / 1000 }
+
+// newLabClient is the HTTP client of the lab's own requests to its instances (loopback):
+// enough idle connections for a whole burst.
+func newLabClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: maxLabBuyers,
+		IdleConnTimeout:     30 * time.Second,
+	}}
+}
