@@ -1,0 +1,242 @@
+// The stockguard lock lab: one event stream per storefront instance, merged into one
+// timeline; lanes, log and verdict are drawn from it. Plain DOM, no framework.
+const $ = (id) => document.getElementById(id);
+const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]);
+
+const lab = { instances: [], lease: 3000, items: [], stats: new Map(), statsAt: 0 };
+let events = [];        // every event received, in time order, each with .inst
+let skew = Infinity;    // browser clock minus server clock (ms)
+let run = null;         // the last run: {start, end, paused}
+let replayAt = null;    // null: live; else the instant shown (server ms)
+const pauses = [];      // {inst, from, to}: SIGSTOPped instances
+
+const base0 = () => lab.instances[0].base;
+const now = () => Date.now() - (skew === Infinity ? 0 : skew);
+const clock = (t) => new Date(t).toISOString().slice(11, 23);
+
+async function api(path, opts = {}) {
+  const res = await fetch(path, { ...opts, headers: { 'Content-Type': 'application/json', ...(opts.headers || {}) } });
+  const body = await res.json().catch(() => null);
+  if (!res.ok) throw new Error(body?.error ? `${body.error.code}: ${body.error.message}` : `${res.status} ${res.statusText}`);
+  return body;
+}
+
+function say(text) { $('status').textContent = text; }
+
+// ---- the event streams ----------------------------------------------------------------
+function connect(inst) {
+  const es = new EventSource(`${inst.base}/api/events`);
+  es.onmessage = (m) => {
+    const ev = JSON.parse(m.data);
+    ev.inst = inst.index;
+    if (ev.kind === 'hello') { skew = Math.min(skew, Date.now() - ev.t); return; }
+    if (ev.missed) say(`instance ${inst.index} missed ${ev.missed} events (the page fell behind)`);
+    let i = events.length; // streams are merged in time order; most events arrive in order
+    while (i > 0 && events[i - 1].t > ev.t) i--;
+    events.splice(i, 0, ev);
+    if (replayAt === null) logEvent(ev, i === events.length - 1);
+    if (ev.kind === 'order') scheduleStats();
+  };
+  es.onerror = () => say(`instance ${inst.index}: event stream interrupted, reconnecting…`);
+}
+
+let statsTimer = 0;
+function scheduleStats() { clearTimeout(statsTimer); statsTimer = setTimeout(loadStats, 300); }
+async function loadStats() {
+  const stats = await api(`${base0()}/api/stats`);
+  lab.stats = new Map(stats.map((s) => [s.item_id, s]));
+  lab.statsAt = now();
+}
+
+// ---- lanes: the state of each item at instant T, folded from the events ------------------
+function laneState(item, T) {
+  const holds = new Map(); const waiting = new Map();
+  const base = run && replayAt !== null ? run.before : lab.stats.get(item.id);
+  const fromT = run && replayAt !== null ? run.start : lab.statsAt;
+  let stock = base?.stock ?? item.stock, sold = base?.sold_units ?? 0;
+  for (const ev of events) {
+    if (ev.t > T) break;
+    if (ev.item !== item.id) continue;
+    const key = `${ev.inst}:${ev.token}`;
+    switch (ev.kind) {
+      case 'acquire': holds.set(key, { inst: ev.inst, token: ev.token, since: ev.t, renewed: ev.t }); break;
+      case 'renew': { const h = holds.get(key); if (h) h.renewed = ev.t; break; }
+      case 'release': holds.delete(key); break;
+      case 'lost': { const h = holds.get(key); if (h) h.lostAt = ev.t; break; }
+      case 'wait': waiting.set(ev.inst, (waiting.get(ev.inst) || 0) + 1); break;
+      case 'wait_end': waiting.set(ev.inst, Math.max(0, (waiting.get(ev.inst) || 0) - 1)); break;
+      case 'order': if (ev.t > fromT) { sold += ev.quantity; stock = ev.remaining; } break;
+    }
+  }
+  for (const [k, h] of holds) if (h.lostAt && T - h.lostAt > 1500) holds.delete(k);
+  const initial = base?.initial_stock ?? item.stock;
+  return { holds: [...holds.values()], waiting, stock, sold, initial, oversold: Math.max(0, sold - initial) };
+}
+
+function pausedAt(inst, T) { return pauses.some((p) => p.inst === inst && p.from <= T && T < p.to); }
+
+function holdHTML(h, T) {
+  const left = h.renewed + lab.lease - T;
+  const pct = Math.max(0, Math.min(100, (100 * left) / lab.lease));
+  let text = `${(Math.max(0, left) / 1000).toFixed(1)} s of lease left`;
+  if (h.lostAt) text = '<span class="bad">LOST</span>: the lease ran out or another holder took it';
+  else if (left <= 0) text = '<span class="bad">LEASE EXPIRED</span>: the holder has not noticed yet';
+  if (pausedAt(h.inst, T)) text += ' · <span class="bad">PAUSED</span> (SIGSTOP)';
+  return `<li class="i${h.inst % 6}"><span class="inst">i${h.inst}</span> <span class="text">holds token ${h.token}: ${text}</span>
+    <span class="bar" role="img" aria-label="lease ${Math.round(pct)}% left"><span style="width:${pct}%"></span></span></li>`;
+}
+
+function renderLanes() {
+  const T = replayAt ?? now();
+  const chosen = Number($('item').value);
+  $('lanes').innerHTML = lab.items.map((item) => {
+    const s = laneState(item, T);
+    const waiters = [...s.waiting].filter(([, n]) => n > 0).map(([i, n]) => `<span class="inst i${i % 6}">i${i}</span> ×${n}`).join(' · ') || 'none';
+    const over = s.oversold > 0 ? ` · <span class="bad">OVERSOLD +${s.oversold}</span>` : '';
+    return `<article class="lane${item.id === chosen ? ' chosen' : ''}" aria-label="item ${item.id}">
+      <h3>#${item.id} ${esc(item.name)}</h3>
+      <p>stock ${s.stock} of ${s.initial} · sold ${s.sold}${over}</p>
+      <ul class="holders">${s.holds.map((h) => holdHTML(h, T)).join('') || '<li>lock free</li>'}</ul>
+      <p>waiting for the lock: ${waiters}</p></article>`;
+  }).join('');
+  $('clock').textContent = replayAt === null ? 'live' : `replay at ${clock(T)} (+${((T - run.start) / 1000).toFixed(2)} s)`;
+}
+
+// ---- the event log ----------------------------------------------------------------------
+function describe(ev) {
+  const item = ev.item ? ` item ${ev.item}` : '';
+  switch (ev.kind) {
+    case 'acquire': return `acquire${item} token ${ev.token} (waited ${Math.round(ev.waited_ms || 0)} ms)`;
+    case 'renew': return `renew${item} token ${ev.token}`;
+    case 'release': return `release${item} token ${ev.token} (held ${Math.round(ev.held_ms || 0)} ms)`;
+    case 'lost': return `<span class="bad">LOST</span>${item} token ${ev.token}`;
+    case 'wait': return `wait for the lock of${item} (${esc(ev.strategy)})`;
+    case 'wait_end': return `wait over${item}${ev.message ? ': ' + esc(ev.message) : ''}`;
+    case 'stall': return `<span class="bad">STALL</span>${item}: holder stops before its write for ${Math.round(ev.stall_ms)} ms`;
+    case 'order': return `order ${ev.order_id} written${item} ×${ev.quantity} token ${ev.token || '-'}, stock now ${ev.remaining} (${esc(ev.strategy)})`;
+    case 'fence_refused': return `<span class="bad">FENCE REFUSED</span>${item}: token ${ev.token} is stale, the database has seen ${ev.seen}; nothing written`;
+    case 'sold_out': return `sold out${item} (${esc(ev.strategy)})`;
+    case 'error': return `<span class="bad">ERROR</span>${item}: ${esc(ev.message || '')}`;
+    default: return esc(ev.kind);
+  }
+}
+
+const logMax = 400;
+function logRow(ev) {
+  const li = document.createElement('li');
+  li.className = `i${ev.inst % 6}`;
+  li.dataset.kind = ev.kind;
+  li.innerHTML = `<time>${clock(ev.t)}</time> <span class="inst">i${ev.inst}</span> ${describe(ev)}`;
+  return li;
+}
+function logEvent(ev, newest) {
+  if (!newest) return renderLog(); // arrived out of order: redraw
+  $('log').prepend(logRow(ev));
+  while ($('log').children.length > logMax) $('log').lastChild.remove();
+}
+function renderLog() {
+  const T = replayAt ?? Infinity;
+  const shown = events.filter((ev) => ev.t <= T).slice(-logMax).reverse();
+  $('log').replaceChildren(...shown.map(logRow));
+}
+
+// ---- controls ---------------------------------------------------------------------------
+function fillItems(items) {
+  lab.items = items;
+  const keep = $('item').value;
+  $('item').innerHTML = items.map((it) => `<option value="${it.id}">#${it.id} ${esc(it.name)} (${it.stock} in stock)</option>`).join('');
+  if (items.some((it) => String(it.id) === keep)) $('item').value = keep;
+}
+
+async function doRun(e) {
+  e.preventDefault();
+  const f = new FormData($('controls'));
+  const req = {
+    strategy: f.get('strategy'), buyers: Number(f.get('buyers')), work_ms: Number(f.get('work')),
+    quantity: Number(f.get('quantity')), item: Number(f.get('item')), fault: f.get('fault'),
+  };
+  $('run').disabled = true;
+  goLive();
+  say(`running: ${req.buyers} buyers, ${req.strategy}${req.fault ? ', fault ' + req.fault : ''}…`);
+  await loadStats();
+  const before = lab.stats.get(req.item);
+  try {
+    const res = await api('/api/lab/run', { method: 'POST', body: JSON.stringify(req) });
+    if (res.paused) pauses.push({ inst: res.paused.instance, from: res.started_ms, to: res.started_ms + res.paused.for_ms });
+    run = { start: res.started_ms - 50, end: res.ended_ms + 50, before };
+    showVerdict(res);
+    say(res.note || '');
+    $('scrub').min = run.start; $('scrub').max = run.end; $('scrub').value = run.end;
+    $('scrub').disabled = false;
+  } catch (err) {
+    say(`run failed: ${err.message}`);
+  } finally {
+    $('run').disabled = false;
+    await loadStats();
+    fillItems(await api(`${base0()}/api/items`));
+  }
+}
+
+function showVerdict(r) {
+  const safe = r.verdict === 'SAFE';
+  const answers = Object.entries(r.answers).map(([k, n]) => `${k} ${n}`).join(', ');
+  $('verdict').className = `verdict ${safe ? 'safe' : 'bad'}`;
+  $('verdict').innerHTML = `<span class="${safe ? 'safe-word' : 'bad-word'}">${esc(r.verdict)}</span> · ${esc(r.strategy)}, ` +
+    `${r.buyers} buyers × ${r.quantity} of item ${r.item}${r.fault ? `, fault ${esc(r.fault)}` : ''}: ` +
+    `sold ${r.sold} from a stock of ${r.stock_before} (now ${r.stock_after}), oversold ${r.oversold}, ` +
+    `lost updates ${r.lost_updates} · answers: ${esc(answers)}`;
+}
+
+async function doPause() {
+  const item = Number($('item').value);
+  try {
+    const p = await api('/api/lab/pause', { method: 'POST', body: JSON.stringify({ item }) });
+    pauses.push({ inst: p.instance, from: now(), to: now() + p.for_ms });
+    say(`paused instance ${p.instance} (pid ${p.pid}), holder of item ${item} with token ${p.token}, for ${p.for_ms / 1000} s`);
+  } catch (err) { say(`pause: ${err.message}`); }
+}
+
+async function doReset() {
+  try {
+    fillItems(await api(`${base0()}/api/lab/reset`, { method: 'POST', body: '{}' }));
+    await loadStats();
+    say('catalogue reset: three items of ten units');
+  } catch (err) { say(`reset: ${err.message}`); }
+}
+
+function scrubTo() { replayAt = Number($('scrub').value); $('live').disabled = false; renderLanes(); renderLog(); }
+function goLive() { replayAt = null; $('live').disabled = true; renderLanes(); renderLog(); }
+
+function describeStrategy(list) {
+  const s = list.find((x) => x.name === $('strategy').value);
+  $('strategy-note').textContent = s ? `${s.name}: ${s.description}. ${s.safe ? 'Safe' : 'Unsafe'}: ${s.safety}.` : '';
+}
+
+async function start() {
+  const info = await api('/api/lab');
+  lab.instances = info.instances; lab.lease = info.lease_ms;
+  const n = info.instances.length;
+  $('instances').innerHTML = `${n} instance${n > 1 ? 's' : ''}: ` + info.instances.map((i) =>
+    `<span class="inst i${i.index % 6}">i${i.index}</span> pid ${i.pid}`).join(', ') + `; lease ${info.lease_ms / 1000} s.`;
+  $('pause').disabled = !info.pause; $('fault-pause').disabled = !info.pause;
+  $('pause-note').textContent = info.pause ? '' : info.pause_note;
+  const strategies = await api(`${base0()}/api/strategies`);
+  $('strategy').innerHTML = strategies.map((s) =>
+    `<option value="${esc(s.name)}"${s.default ? ' selected' : ''}>${esc(s.name)} (${s.safe ? 'safe' : 'unsafe'})</option>`).join('');
+  $('strategy').onchange = () => describeStrategy(strategies);
+  describeStrategy(strategies);
+  fillItems(await api(`${base0()}/api/items`));
+  await loadStats();
+  info.instances.forEach(connect);
+  $('controls').onsubmit = doRun;
+  $('pause').onclick = doPause;
+  $('reset').onclick = doReset;
+  $('item').onchange = renderLanes;
+  $('scrub').oninput = scrubTo;
+  $('live').onclick = goLive;
+  setInterval(() => { if (replayAt === null) renderLanes(); }, 100);
+  renderLanes();
+  document.body.dataset.ready = 'true';
+}
+
+start().catch((err) => say(`the lab could not start: ${err.message}`));
