@@ -44,6 +44,7 @@ type env struct {
 	locks   *inventory.LockSet
 
 	lockClient *locking.Client // nil without redis
+	events     *handlers.Events // demo mode: the lab's event hub
 }
 
 // lockKeyPrefix is the prefix main gives the lock client.
@@ -55,6 +56,8 @@ type envOptions struct {
 	lockWait        time.Duration     // the lock client's Wait; 0 means its default
 	defaultStrategy string            // "" means guard without redis, lock+guard with it
 	log             io.Writer         // the handlers' log; nil discards it
+	lease           time.Duration     // the lock lease; 0 means the lock client's default
+	writeTimeout    time.Duration     // the HTTP server's WriteTimeout; 0: none
 }
 
 // newEnv starts a storefront; the default strategy is guard unless opts says otherwise.
@@ -66,15 +69,27 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	t.Cleanup(func() { _ = models.Close(db) })
 	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
 	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard}
+	hooks := locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix))
+	if opts.demo {
+		e.events = handlers.NewEvents(opts.lease)
+		t.Cleanup(e.events.Close)
+		cfg.Observer = e.events
+		hooks = locking.JoinHooks(hooks, inventory.ObserverHooks(e.events))
+	}
 	if opts.redis != nil {
 		rdb := opts.redis.Client(t)
-		e.lockClient = locking.New(rdb, &locking.Options{
-			KeyPrefix: lockKeyPrefix,
-			Wait:      opts.lockWait,
-			Hooks:     locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix)),
-		})
+		lockOpts := func(noWatchdog bool) *locking.Options {
+			return &locking.Options{KeyPrefix: lockKeyPrefix, Wait: opts.lockWait, Lease: opts.lease,
+				Hooks: hooks, DisableWatchdog: noWatchdog}
+		}
+		e.lockClient = locking.New(rdb, lockOpts(false))
 		t.Cleanup(func() { _ = e.lockClient.Close() })
 		cfg.Locker = inventory.NewLocker(e.lockClient)
+		if opts.demo && opts.lease > 0 { // the stall fault, as main wires it
+			stall := locking.New(rdb, lockOpts(true))
+			t.Cleanup(func() { _ = stall.Close() })
+			cfg.StallFor, cfg.StallLocker = 3*opts.lease, inventory.NewLocker(stall)
+		}
 		cfg.Ping = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 		cfg.Default = inventory.StrategyLockGuard
 	}
@@ -94,8 +109,12 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		Logger:          slog.New(slog.NewTextHandler(cmp.Or(opts.log, io.Discard), nil)),
 		Metrics:         e.metrics,
 		Debug:           e.locks,
+		Events:          e.events,
+		Lease:           opts.lease,
 	})
-	e.srv = httptest.NewServer(h)
+	e.srv = httptest.NewUnstartedServer(h)
+	e.srv.Config.WriteTimeout = opts.writeTimeout
+	e.srv.Start()
 	t.Cleanup(e.srv.Close)
 	return e
 }

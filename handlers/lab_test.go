@@ -1,0 +1,181 @@
+package handlers_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/inventory"
+)
+
+// stream is one open GET /api/events.
+type stream struct {
+	resp *http.Response
+	sc   *bufio.Scanner
+}
+
+func openStream(t *testing.T, url string) *stream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/events", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	return &stream{resp: resp, sc: bufio.NewScanner(resp.Body)}
+}
+
+// next returns the next event of kind (skipping others), failing t if the stream ends.
+func (s *stream) next(t *testing.T, kind string) handlers.Event {
+	t.Helper()
+	for s.sc.Scan() {
+		line, ok := strings.CutPrefix(s.sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev handlers.Event
+		require.NoError(t, json.Unmarshal([]byte(line), &ev))
+		if ev.Kind == kind {
+			return ev
+		}
+	}
+	t.Fatalf("the stream ended before a %q event: %v", kind, s.sc.Err())
+	return handlers.Event{}
+}
+
+// A stream outlives the server's WriteTimeout: it clears its write deadline.
+func TestEventsStreamOutlivesWriteTimeout(t *testing.T) {
+	e := newEnv(t, envOptions{demo: true, writeTimeout: 200 * time.Millisecond})
+	s := openStream(t, e.srv.URL)
+	hello := s.next(t, handlers.EventHello)
+	assert.Positive(t, hello.PID)
+	time.Sleep(600 * time.Millisecond) // three write timeouts
+	a := e.do("POST", "/api/items/3/purchase", `{"quantity":1}`)
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	ev := s.next(t, inventory.EventOrder)
+	assert.EqualValues(t, 3, ev.Item)
+	require.NotNil(t, ev.Remaining)
+	assert.Equal(t, 0, *ev.Remaining)
+	assert.Equal(t, hello.PID, ev.PID)
+	assert.Greater(t, ev.Seq, hello.Seq)
+	assert.Equal(t, inventory.EventSoldOut, func() string {
+		e.do("POST", "/api/items/3/purchase", `{"quantity":1}`)
+		return s.next(t, inventory.EventSoldOut).Kind
+	}())
+}
+
+func TestEventsStreamEndsOnClose(t *testing.T) {
+	e := newEnv(t, envOptions{demo: true})
+	s := openStream(t, e.srv.URL)
+	s.next(t, handlers.EventHello)
+	e.events.Close()
+	for s.sc.Scan() {
+	}
+	assert.Equal(t, "unavailable", e.do("GET", "/api/events", "").errorCode(), "no new stream after Close")
+}
+
+func TestEventsAndLabOnlyInDemo(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, path := range []string{"/api/events", "/api/lab"} {
+		a := e.do("GET", path, "")
+		assert.Equal(t, http.StatusNotFound, a.status, path)
+		assert.Equal(t, "not_found", a.errorCode(), path)
+	}
+	a := e.do("POST", "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: stall")
+	assert.Equal(t, "invalid_request", a.errorCode())
+	page := e.do("GET", "/", "")
+	assert.Equal(t, http.StatusOK, page.status)
+	assert.Contains(t, string(page.body), "stockguard shop")
+	js := e.do("GET", "/static/shop.js", "")
+	assert.Equal(t, http.StatusOK, js.status)
+	assert.Contains(t, js.header.Get("Content-Type"), "javascript")
+}
+
+func TestStrategiesAPI(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	var infos []inventory.StrategyInfo
+	a := e.do("GET", "/api/strategies", "")
+	require.Equal(t, http.StatusOK, a.status)
+	decode(t, a, &infos)
+	require.Len(t, infos, len(e.svc.Strategies()))
+	assert.Equal(t, "naive", infos[0].Name)
+	assert.False(t, infos[0].Safe)
+}
+
+// labRun posts one lab run and decodes the answer.
+func labRun(t *testing.T, e *env, body string) map[string]any {
+	t.Helper()
+	a := e.do("POST", "/api/lab/run", body)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	var res map[string]any
+	decode(t, a, &res)
+	return res
+}
+
+// The lab of one demo process: reset, naive oversells, lock+guard is safe, the stall fault
+// makes lock+guard's fence refuse, and pausing needs --instances.
+func TestLabSingleProcess(t *testing.T) {
+	e := newEnv(t, envOptions{demo: true, redis: redistest.Start(t), lease: time.Second})
+	page := e.do("GET", "/", "")
+	assert.Contains(t, string(page.body), "lock lab")
+
+	var info struct {
+		Instances []handlers.LabInstance `json:"instances"`
+		LeaseMS   float64                `json:"lease_ms"`
+		Pause     bool                   `json:"pause"`
+		PauseNote string                 `json:"pause_note"`
+	}
+	decode(t, e.do("GET", "/api/lab", ""), &info)
+	require.Len(t, info.Instances, 1)
+	assert.Equal(t, "", info.Instances[0].Base)
+	assert.EqualValues(t, 1000, info.LeaseMS)
+	assert.False(t, info.Pause)
+	assert.Contains(t, info.PauseNote, "--instances")
+
+	var items []struct {
+		ID    int64 `json:"id"`
+		Stock int   `json:"stock"`
+	}
+	a := e.do("POST", "/api/lab/reset", "{}")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	decode(t, a, &items)
+	require.Len(t, items, 3)
+	id := func(i int) string { return strconv.FormatInt(items[i].ID, 10) }
+
+	res := labRun(t, e, `{"strategy":"naive","buyers":20,"work_ms":50,"quantity":1,"item":`+id(0)+`,"fault":""}`)
+	assert.Equal(t, "OVERSOLD", res["verdict"], "%v", res)
+	assert.Positive(t, res["oversold"])
+
+	res = labRun(t, e, `{"strategy":"lock+guard","buyers":20,"work_ms":5,"quantity":1,"item":`+id(1)+`,"fault":""}`)
+	assert.Equal(t, "SAFE", res["verdict"], "%v", res)
+	assert.EqualValues(t, 10, res["sold"])
+
+	s := openStream(t, e.srv.URL)
+	res = labRun(t, e, `{"strategy":"lock+guard","buyers":4,"work_ms":10,"quantity":1,"item":`+id(2)+`,"fault":"stall"}`)
+	assert.Equal(t, "SAFE", res["verdict"], "%v", res)
+	refused := s.next(t, inventory.EventFenceRefused)
+	assert.Greater(t, refused.Seen, refused.Token)
+
+	a = e.do("POST", "/api/lab/pause", `{"item":`+id(0)+`}`)
+	assert.Equal(t, http.StatusConflict, a.status)
+	assert.Equal(t, "pause_unsupported", a.errorCode())
+	a = e.do("POST", "/api/lab/run", `{"strategy":"naive","buyers":0,"work_ms":0,"quantity":1,"item":1,"fault":""}`)
+	assert.Equal(t, "invalid_request", a.errorCode())
+	a = e.do("POST", "/api/lab/run", `{"strategy":"yolo","buyers":2,"work_ms":0,"quantity":1,"item":`+id(0)+`,"fault":""}`)
+	assert.Equal(t, "invalid_request", a.errorCode(), "%s", a.body)
+	a = e.do("POST", "/api/lab/run", `{"strategy":"naive","buyers":2,"work_ms":0,"quantity":1,"item":999,"fault":""}`)
+	assert.Equal(t, "not_found", a.errorCode(), "%s", a.body)
+}
