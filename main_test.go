@@ -31,7 +31,9 @@ type logSink struct {
 	addrs chan string
 }
 
-var listeningRE = regexp.MustCompile(`msg="?listening"?\s.*?\baddr=(\S+)`)
+// listeningRE matches this process's "listening" line (not a lab instance's, which the
+// supervisor copies with an "instance=N " prefix).
+var listeningRE = regexp.MustCompile(`^time=\S+ level=\S+ msg="?listening"?\s.*?\baddr=(\S+)`)
 
 func (s *logSink) Write(p []byte) (int, error) {
 	s.mu.Lock()

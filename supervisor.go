@@ -45,17 +45,20 @@ func supervisorServe(stderr io.Writer) func(context.Context, config, func(string
 		sup := &supervisor{rdb: rdb, pauseFor: cfg.stallFor(), log: logger, hc: &http.Client{Timeout: time.Second}}
 		defer sup.stop(cfg.shutdownTimeout + 5*time.Second)
 
-		ctx, cancel := context.WithCancelCause(ctx)
+		sctx, cancel := context.WithCancelCause(ctx) // cancelled too by an instance that exits
 		defer cancel(nil)
-		if err := sup.start(ctx, cfg, redisURL, stderr, cancel); err != nil {
+		if err := sup.start(sctx, cfg, redisURL, stderr, cancel); err != nil {
 			return err
 		}
 		handler := handlers.NewSupervisor(handlers.SupervisorConfig{Supervisor: sup, Lease: cfg.lockLease, Logger: logger})
 		notice(logger, "lab supervisor", "instances", len(sup.children), "pause_for", sup.pauseFor)
-		if err := listenAndServe(ctx, cfg, handler, logger); err != nil {
+		if err := listenAndServe(sctx, cfg, handler, logger); err != nil {
 			return err
 		}
-		return context.Cause(ctx) // an instance that exited on its own fails the run
+		if ctx.Err() == nil { // not a shutdown: an instance exited on its own
+			return context.Cause(sctx)
+		}
+		return nil
 	}
 }
 
