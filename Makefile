@@ -3,15 +3,16 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test deps system-packages vet bench loadtest run
+.PHONY: test deps system-packages vet bench loadtest run lab screenshots
 
 ## test: install what the tests need, then vet and run every test under the race detector.
 test: deps vet
 	$(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
 
-## deps: Go modules, a real redis-server and the PostgreSQL server binaries (Debian packages
-## redis-server and postgresql, installed with one apt-get when missing and root). The tests
-## start their own private servers; nothing is started here.
+## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
+## lab's browser test (Debian packages redis-server, postgresql and chromium, installed with one
+## apt-get when missing and root). The tests start their own private servers (and a headless
+## Chromium); nothing is started here.
 deps: system-packages
 	$(GO) mod download
 
@@ -19,6 +20,7 @@ system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	{ [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing with apt-get"; \
@@ -47,3 +49,11 @@ loadtest: deps
 ## run: the demo storefront.
 run:
 	$(GO) run . --demo
+
+## lab: the lock lab over three storefront processes (open http://localhost:8080).
+lab:
+	$(GO) run . --demo --instances 3
+
+## screenshots: rewrite the lab screenshots of README (docs/lab-*.png) with the browser test.
+screenshots: deps
+	$(GO) test -count=1 -run TestLabInBrowser -update .

@@ -43,7 +43,7 @@ type env struct {
 	metrics *handlers.Metrics
 	locks   *inventory.LockSet
 
-	lockClient *locking.Client // nil without redis
+	lockClient *locking.Client  // nil without redis
 	events     *handlers.Events // demo mode: the lab's event hub
 }
 

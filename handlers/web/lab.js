@@ -51,7 +51,7 @@ async function loadStats() {
 // ---- lanes: the state of each item at instant T, folded from the events ------------------
 function laneState(item, T) {
   const holds = new Map(); const waiting = new Map();
-  const base = run && replayAt !== null ? run.before : lab.stats.get(item.id);
+  const base = (run && replayAt !== null ? run.before : lab.stats).get(item.id);
   const fromT = run && replayAt !== null ? run.start : lab.statsAt;
   let stock = base?.stock ?? item.stock, sold = base?.sold_units ?? 0;
   for (const ev of events) {
@@ -126,6 +126,7 @@ function logRow(ev) {
   const li = document.createElement('li');
   li.className = `i${ev.inst % 6}`;
   li.dataset.kind = ev.kind;
+  li.dataset.t = ev.t;
   li.innerHTML = `<time>${clock(ev.t)}</time> <span class="inst">i${ev.inst}</span> ${describe(ev)}`;
   return li;
 }
@@ -159,7 +160,7 @@ async function doRun(e) {
   goLive();
   say(`running: ${req.buyers} buyers, ${req.strategy}${req.fault ? ', fault ' + req.fault : ''}…`);
   await loadStats();
-  const before = lab.stats.get(req.item);
+  const before = new Map(lab.stats); // the lanes' starting point when the run is replayed
   try {
     const res = await api('/api/lab/run', { method: 'POST', body: JSON.stringify(req) });
     if (res.paused) pauses.push({ inst: res.paused.instance, from: res.started_ms, to: res.started_ms + res.paused.for_ms });
@@ -185,6 +186,7 @@ function showVerdict(r) {
     `${r.buyers} buyers × ${r.quantity} of item ${r.item}${r.fault ? `, fault ${esc(r.fault)}` : ''}: ` +
     `sold ${r.sold} from a stock of ${r.stock_before} (now ${r.stock_after}), oversold ${r.oversold}, ` +
     `lost updates ${r.lost_updates} · answers: ${esc(answers)}`;
+  document.body.dataset.runs = Number(document.body.dataset.runs || 0) + 1;
 }
 
 async function doPause() {
