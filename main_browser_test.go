@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/redistest"
 )
 
 var update = flag.Bool("update", false, "rewrite the lab screenshots in docs/ (TestLabInBrowser)")
@@ -149,4 +151,24 @@ func shot(t *testing.T, ctx context.Context, path string) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.FromSlash(path), png, 0o644))
 	t.Logf("wrote %s", path)
+}
+
+// TestShopInBrowser buys one unit from the shop page (`/` without --demo).
+func TestShopInBrowser(t *testing.T) {
+	rs := redistest.Start(t)
+	s := startServer(t, nil, "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "shop.db"),
+		"--redis", rs.URL(), "--admin-token", "shop-token", "--log-level", "warn")
+	ctx := browser(t)
+	first := chromedp.CSS(`#items button[data-id="1"]`)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/"),
+		chromedp.WaitVisible(first),
+		chromedp.Focus(first),
+		chromedp.KeyEvent("\r"), // keyboard: Enter on the focused Buy button
+		void(chromedp.Poll[bool](`/Order \d+ placed: 99 left/.test(document.getElementById('status').textContent)`,
+			chromedp.WithPollingTimeout(30*time.Second))),
+	))
+	var it item
+	require.Equal(t, 200, s.call("GET", "/api/items/1", "", &it))
+	assert.Equal(t, 99, it.Stock)
 }
