@@ -30,8 +30,8 @@ import (
 var supervisorExecutable = os.Executable
 
 // supervisorServe returns the serve function of --demo --instances N: this process serves the
-// lab and starts N storefront children on free loopback ports, sharing its database file,
-// its Redis and its admin token. The children run in their own process group and die with
+// lab and starts N storefront children on free loopback ports, sharing its database,
+// its Redis and its admin token (a SQLite file, or the --db PostgreSQL URL). The children run in their own process group and die with
 // it (SIGKILL on its death); it stops them on shutdown, and it is the one that sends SIGSTOP
 // and SIGCONT, since a process holding a lock cannot resume itself. Children's log lines go
 // to stderr, prefixed with their index.
@@ -106,7 +106,8 @@ func (s *supervisor) start(ctx context.Context, cfg config, redisURL string, std
 		return fmt.Errorf("supervisor: own executable: %w", err)
 	}
 	db := cfg.db
-	if !strings.HasPrefix(db, "file:") {
+	if !strings.HasPrefix(db, "file:") && !strings.Contains(db, "://") { // a SQLite path: absolute
+
 		if db, err = filepath.Abs(db); err != nil {
 			return err
 		}
@@ -119,6 +120,7 @@ func (s *supervisor) start(ctx context.Context, cfg config, redisURL string, std
 	args := []string{"--demo", "--instances", "0", "--addr", "127.0.0.1:0", "--db", db, "--redis", redisURL,
 		"--admin-token", token, "--strategy", cfg.strategy, "--lock-lease", cfg.lockLease.String(),
 		"--lock-wait", cfg.lockWait.String(), "--max-inflight-per-item", strconv.Itoa(cfg.maxInflight),
+		"--db-pool", strconv.Itoa(cfg.dbPool), "--db-statement-timeout", cfg.dbStmtTimeout.String(),
 		"--log-level", cfg.logLevel.String(), "--shutdown-timeout", cfg.shutdownTimeout.String()}
 	out := &lockedWriter{w: stderr}
 	for i := range cfg.instances {

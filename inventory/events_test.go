@@ -49,7 +49,7 @@ func (r *recorder) kinds(kind string) []inventory.Event {
 // the watchdog, and a second one on the same Redis and prefix without it for stalled holders.
 func stallService(t *testing.T, srv *redistest.Server, lease time.Duration) (*inventory.Service, *recorder) {
 	t.Helper()
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	rdb := warmClient(t, srv)
 	lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix, Lease: lease, Wait: 10 * lease})
 	stall := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix, Lease: lease, Wait: 10 * lease, DisableWatchdog: true})
@@ -139,7 +139,7 @@ func TestStallLockGuardFenceRefuses(t *testing.T) {
 }
 
 func TestStallNeedsStallFor(t *testing.T) {
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	s := newService(t, inventory.Config{DB: db})
 	item := resetItems(t, s, 10)[0]
 	_, err := s.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: item, Quantity: 1, Strategy: inventory.StrategyGuard, Stall: true})
@@ -147,7 +147,7 @@ func TestStallNeedsStallFor(t *testing.T) {
 }
 
 func TestObserverSeesSoldOut(t *testing.T) {
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	rec := newRecorder()
 	s := newService(t, inventory.Config{DB: db, Observer: rec})
 	item := resetItems(t, s, 1)[0]
@@ -161,7 +161,7 @@ func TestObserverSeesSoldOut(t *testing.T) {
 }
 
 func TestDescribeStrategies(t *testing.T) {
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	s := newService(t, inventory.Config{DB: db})
 	infos := s.DescribeStrategies()
 	require.Len(t, infos, len(s.Strategies()))
