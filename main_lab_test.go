@@ -38,7 +38,8 @@ func startLab(t *testing.T, n int) (*server, []int64) {
 	t.Helper()
 	t.Setenv(childEnv, "1")
 	rs := redistest.Start(t)
-	args := append(baseArgs(t), "--instances", strconv.Itoa(n), "--redis", rs.URL(), "--lock-lease", "1s")
+	args := append(baseArgs(t), "--instances", strconv.Itoa(n), "--redis", rs.URL(),
+		"--lock-lease", "2s") // a Redis call may take lease/10: 1s would leave 100ms, short for -race on a busy machine
 	s := startServer(t, nil, args...)
 	var items []item
 	require.Equal(t, 200, s.call("POST", "/i/0/api/lab/reset", "{}", &items))

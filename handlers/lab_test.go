@@ -161,7 +161,7 @@ func TestLabSingleProcess(t *testing.T) {
 
 	res = labRun(t, e, `{"strategy":"lock+guard","buyers":20,"work_ms":5,"quantity":1,"item":`+id(1)+`,"fault":""}`)
 	assert.Equal(t, "SAFE", res["verdict"], "%v", res)
-	assert.EqualValues(t, 10, res["sold"])
+	assert.EqualValues(t, 10, res["sold"], "%v", res)
 
 	s := openStream(t, e.srv.URL)
 	res = labRun(t, e, `{"strategy":"lock+guard","buyers":4,"work_ms":10,"quantity":1,"item":`+id(2)+`,"fault":"stall"}`)

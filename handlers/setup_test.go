@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,9 +79,21 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	}
 	if opts.redis != nil {
 		rdb := opts.redis.Client(t)
+		var callTimeout time.Duration
+		if opts.lease > 0 {
+			// A short lease means a short Redis call timeout (lease/10): on a loaded test
+			// machine dialling alone can take longer. Dial the connections of a burst first,
+			// and allow the longest call timeout the lease permits.
+			callTimeout = opts.lease / 4
+			var wg sync.WaitGroup
+			for range 32 {
+				wg.Go(func() { _ = rdb.Ping(ctx).Err() })
+			}
+			wg.Wait()
+		}
 		lockOpts := func(noWatchdog bool) *locking.Options {
 			return &locking.Options{KeyPrefix: lockKeyPrefix, Wait: opts.lockWait, Lease: opts.lease,
-				Hooks: hooks, DisableWatchdog: noWatchdog}
+				CallTimeout: callTimeout, Hooks: hooks, DisableWatchdog: noWatchdog}
 		}
 		e.lockClient = locking.New(rdb, lockOpts(false))
 		t.Cleanup(func() { _ = e.lockClient.Close() })
