@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,15 @@ func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 // in order) and is killed if this process dies (Pdeathsig). It returns an error naming the
 // server's output when it does not come up.
 func StartChild(path string, port int) (*Server, error) {
+	return StartChildWith(path, port, "")
+}
+
+// StartChildWith is StartChild with a configuration: conf, when not empty, is the text of a
+// redis.conf written to the server's own directory and passed first (a Sentinel needs a
+// writable config file: run it with conf holding "sentinel monitor ..." and extra holding
+// "--sentinel"); extra are further command-line options, after the defaults. A "%d" in conf
+// or extra is replaced by the server's port, "%s" in conf by its directory.
+func StartChildWith(path string, port int, conf string, extra ...string) (*Server, error) {
 	attempts := 1
 	if port == 0 {
 		attempts = 5 // a probed free port may be taken before redis-server binds it
@@ -78,23 +88,36 @@ func StartChild(path string, port int) (*Server, error) {
 			}
 		}
 		var s *Server
-		if s, err = startChild(path, p); err == nil {
+		if s, err = startChild(path, p, conf, extra); err == nil {
 			return s, nil
 		}
 	}
 	return nil, err
 }
 
-func startChild(path string, port int) (*Server, error) {
+func startChild(path string, port int, conf string, extra []string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "redisproc-*")
 	if err != nil {
 		return nil, fmt.Errorf("redisproc: temp dir: %w", err)
 	}
 	out := &procutil.LimitedBuffer{Max: 4 << 10}
-	cmd := exec.Command(path,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
+	var args []string
+	if conf != "" {
+		file := filepath.Join(dir, "redis.conf")
+		text := strings.ReplaceAll(strings.ReplaceAll(conf, "%d", strconv.Itoa(port)), "%s", dir)
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("redisproc: write config: %w", err)
+		}
+		args = append(args, file)
+	}
+	args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
 		"--save", "", "--appendonly", "no", "--dir", dir,
 		"--daemonize", "no", "--loglevel", "warning", "--logfile", "")
+	for _, a := range extra {
+		args = append(args, strings.ReplaceAll(a, "%d", strconv.Itoa(port)))
+	}
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -150,3 +150,56 @@ func portOf(addr string) int {
 	n, _ := strconv.Atoi(p)
 	return n
 }
+
+// StartCluster starts a Redis Cluster of three masters (redis-server --cluster-enabled yes,
+// joined by internal/redisproc) for tb and stops it when tb ends.
+func StartCluster(tb testing.TB) *redisproc.Cluster {
+	tb.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(ErrNoRedisServer)
+	}
+	c, err := redisproc.StartCluster(path, 3)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// ClusterClient returns a cluster client of c with the options of Server.Options, closed
+// when tb ends.
+func ClusterClient(tb testing.TB, c *redisproc.Cluster) *redis.ClusterClient {
+	tb.Helper()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true,
+		DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: -1})
+	tb.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// StartSentinel starts one master, one replica and three Sentinels (down-after 500ms,
+// failover-timeout 2s) for tb and stops them when tb ends.
+func StartSentinel(tb testing.TB) *redisproc.SentinelSet {
+	tb.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(ErrNoRedisServer)
+	}
+	s, err := redisproc.StartSentinelSet(path, redisproc.SentinelConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// FailoverClient returns a Sentinel-backed client of s with the options of Server.Options,
+// closed when tb ends.
+func FailoverClient(tb testing.TB, s *redisproc.SentinelSet) *redis.Client {
+	tb.Helper()
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs(),
+		ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
+		WriteTimeout: 2 * time.Second, MaxRetries: -1})
+	tb.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}

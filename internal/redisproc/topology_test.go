@@ -1,0 +1,80 @@
+package redisproc_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/redisproc"
+)
+
+func redisServerPath(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server not on PATH: apt-get install -y redis-server")
+	}
+	return path
+}
+
+// Three masters share the 16384 slots: keys land on different nodes, and the go-redis cluster
+// client built from URL() reaches all of them.
+func TestStartCluster(t *testing.T) {
+	c, err := redisproc.StartCluster(redisServerPath(t), 3)
+	require.NoError(t, err)
+	defer c.Close()
+	opts, err := redis.ParseClusterURL(c.URL())
+	require.NoError(t, err)
+	assert.ElementsMatch(t, c.Addrs(), opts.Addrs)
+	rdb := redis.NewClusterClient(opts)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	owners := map[string]bool{}
+	for i := 0; i < 30; i++ {
+		key := fmt.Sprintf("k%d", i)
+		require.NoError(t, rdb.Set(ctx, key, i, 0).Err())
+		node, err := rdb.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		owners[node.Options().Addr] = true
+	}
+	assert.Len(t, owners, 3, "30 keys should spread over the three masters")
+	assert.Error(t, redisproc.ErrOf(redisproc.StartCluster(redisServerPath(t), 2)), "two masters are refused")
+}
+
+// The Sentinels know the master and promote the replica when the master dies.
+func TestStartSentinelSetFailover(t *testing.T) {
+	s, err := redisproc.StartSentinelSet(redisServerPath(t), redisproc.SentinelConfig{})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr, err := s.MasterAddr(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, s.Master.Addr, addr)
+
+	opts, err := redis.ParseFailoverURL(s.URL())
+	require.NoError(t, err)
+	assert.Equal(t, "stockguard", opts.MasterName)
+	assert.ElementsMatch(t, s.SentinelAddrs(), opts.SentinelAddrs)
+
+	require.NoError(t, s.Master.Signal(syscall.SIGKILL))
+	for {
+		addr, err = s.MasterAddr(ctx)
+		if err == nil && addr == s.Replicas[0].Addr {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the replica %s was not promoted: the sentinels name %q (%v)", s.Replicas[0].Addr, addr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
