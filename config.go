@@ -20,6 +20,8 @@ type config struct {
 	dbPool          int
 	dbStmtTimeout   time.Duration
 	redisURLs       string
+	redisCluster    bool
+	onRedisDown     string
 	strategy        string
 	lockLease       time.Duration
 	lockWait        time.Duration
@@ -38,6 +40,8 @@ var envOf = map[string]string{
 	"db-pool":               "DB_POOL",
 	"db-statement-timeout":  "DB_STATEMENT_TIMEOUT",
 	"redis":                 "REDIS_URL",
+	"redis-cluster":         "REDIS_CLUSTER",
+	"on-redis-down":         "ON_REDIS_DOWN",
 	"strategy":              "STRATEGY",
 	"lock-lease":            "LOCK_LEASE",
 	"lock-wait":             "LOCK_WAIT",
@@ -63,7 +67,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.dbStmtTimeout, "db-statement-timeout", 5*time.Second, "longest a database statement may run or wait for a lock\n"+
 		"(PostgreSQL statement_timeout; SQLite busy timeout); every write transaction gets twice that as its deadline")
 	fs.StringVar(&c.redisURLs, "redis", "", "Redis URL redis://host:port/db; several comma-separated for Redlock.\n"+
+		"Sentinel: redis://sentinel:port?master_name=NAME&addr=sentinel2:port... (the master_name marks it).\n"+
+		"Cluster: redis://node:port?addr=node2:port... with --redis-cluster.\n"+
 		"Empty: a redis-server child process if one is on PATH, else an in-process Redis")
+	fs.BoolVar(&c.redisCluster, "redis-cluster", false, "the --redis URLs name Redis Cluster nodes (go-redis ParseClusterURL form)")
+	fs.StringVar(&c.onRedisDown, "on-redis-down", inventory.OnRedisDownFail, "when Redis is unreachable, lock+guard and redlock+guard (and the admission limit):\n"+
+		"fail (503 unavailable) or guard (sell through the database guard alone, orders marked degraded)")
 	fs.StringVar(&c.strategy, "strategy", inventory.StrategyLockGuard, "default purchase strategy: "+strategyNames())
 	fs.DurationVar(&c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog); "+demoLease.String()+" by default with --demo")
 	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
@@ -145,10 +154,17 @@ func (c config) validate() error {
 		return fmt.Errorf("--instances %d must be 0..%d", c.instances, maxInstances)
 	case c.instances > 0 && !c.demo:
 		return errors.New("--instances needs --demo (it starts the lab)")
+	case c.onRedisDown == "" || !inventory.ValidOnRedisDown(c.onRedisDown):
+		return fmt.Errorf("--on-redis-down %q: want %s or %s", c.onRedisDown, inventory.OnRedisDownFail, inventory.OnRedisDownGuard)
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
 	case c.shutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout %s must be positive", c.shutdownTimeout)
+	}
+	for _, u := range c.redisURLList() {
+		if _, err := redisKindOf(u, c.redisCluster); err != nil {
+			return fmt.Errorf("--redis %q: %w", redactURL(u), err)
+		}
 	}
 	return nil
 }

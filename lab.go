@@ -33,7 +33,7 @@ func labHooks(events *handlers.Events) locking.Hooks {
 // and the stall fault, whose locks come from a second lock client on the same Redis and key
 // prefix with the watchdog off, so that a stalled holder's lease runs out as it would if a
 // stop-the-world pause had stopped its watchdog too. The caller closes the returned client.
-func labStall(icfg *inventory.Config, cfg config, events *handlers.Events, rdb *redis.Client, opts *locking.Options) *locking.Client {
+func labStall(icfg *inventory.Config, cfg config, events *handlers.Events, rdb redis.UniversalClient, opts *locking.Options) *locking.Client {
 	opts.DisableWatchdog = true
 	stall := locking.New(rdb, opts)
 	icfg.Observer = events

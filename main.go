@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/handlers"
 	"github.com/stockguard/stockguard/inventory"
@@ -85,7 +84,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		logger.Info("database was empty: demo catalogue seeded", "backend", backend)
 	}
 
-	rb, err := openRedis(ctx, cfg.redisURLList(), getenv, logger)
+	rb, err := openRedis(ctx, cfg.redisURLList(), cfg.redisCluster, getenv, logger)
 	if err != nil {
 		return err
 	}
@@ -107,11 +106,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	lockClient := locking.New(rb.client, lockOpts(inventory.LockKeyPrefix, "locking"))
 	defer closeLogged(logger, "lock client", lockClient.Close)
 	var redlock inventory.Locker
-	if len(rb.nodes) > 1 {
-		nodes := make([]redis.UniversalClient, len(rb.nodes))
-		for i, n := range rb.nodes {
-			nodes[i] = n
-		}
+	if nodes := rb.nodes; len(nodes) > 1 {
 		rl := locking.NewRedlock(nodes, lockOpts(inventory.RedlockKeyPrefix, "redlock"))
 		defer closeLogged(logger, "redlock", rl.Close)
 		redlock = inventory.NewRedlockLocker(rl)
@@ -129,6 +124,10 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		notice(logger, "admission limit", "max_inflight_per_item", cfg.maxInflight)
 	}
 
+	if cfg.onRedisDown == inventory.OnRedisDownGuard {
+		notice(logger, "on-redis-down", "policy", cfg.onRedisDown,
+			"note", "lock+guard and redlock+guard sell through the database guard alone while Redis is unreachable")
+	}
 	icfg := inventory.Config{
 		DB:           db,
 		Locker:       inventory.NewLocker(lockClient),
@@ -136,7 +135,8 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Admission:    admission,
 		Default:      cfg.strategy,
 		Logger:       logger.With("component", "inventory"),
-		Ping:         func(ctx context.Context) error { return rb.client.Ping(ctx).Err() },
+		Checks:       rb.checks,
+		OnRedisDown:  cfg.onRedisDown,
 		WriteTimeout: cfg.writeTimeout(),
 	}
 	if events != nil {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/internal/redisproc"
+	"github.com/stockguard/stockguard/inventory"
 )
 
 // Redis modes, as logged at start.
@@ -24,9 +27,10 @@ const (
 // redisBackend is the Redis the server uses, and how to let go of it.
 type redisBackend struct {
 	mode    string
-	client  *redis.Client   // the node of the single-node lock
-	nodes   []*redis.Client // every --redis URL (Redlock nodes when more than one)
-	closers []func()        // run in reverse order by close
+	client  redis.UniversalClient   // the deployment of the single-node lock (nodes[0])
+	nodes   []redis.UniversalClient // every --redis URL (Redlock nodes when more than one)
+	checks  []inventory.Check       // /readyz: every configured Redis node, by address
+	closers []func()                // run in reverse order by close
 }
 
 // close closes the clients and stops a child process or in-process Redis.
@@ -39,9 +43,9 @@ func (b *redisBackend) close() {
 // openRedis selects the Redis to use: the --redis URLs when given; else a redis-server child
 // on a free loopback port when redis-server is on PATH (as getenv sees it); else an
 // in-process miniredis whose clock follows real time.
-func openRedis(ctx context.Context, urls []string, getenv func(string) string, logger *slog.Logger) (*redisBackend, error) {
+func openRedis(ctx context.Context, urls []string, cluster bool, getenv func(string) string, logger *slog.Logger) (*redisBackend, error) {
 	if len(urls) > 0 {
-		return dialRedis(ctx, urls, logger)
+		return dialRedis(ctx, urls, cluster, logger)
 	}
 	b := &redisBackend{}
 	var srv *redisproc.Server
@@ -60,35 +64,152 @@ func openRedis(ctx context.Context, urls []string, getenv func(string) string, l
 			"note", "no --redis and no redis-server on PATH: in-process miniredis, state is lost on exit")
 	}
 	b.closers = append(b.closers, srv.Close)
-	addr := srv.Addr
-	b.client = redis.NewClient(clientOptions(&redis.Options{Addr: addr}))
-	b.nodes = []*redis.Client{b.client}
-	b.closers = append(b.closers, func() { _ = b.client.Close() })
+	c := redis.NewClient(clientOptions(&redis.Options{Addr: srv.Addr}))
+	b.client, b.nodes = c, []redis.UniversalClient{c}
+	b.checks = []inventory.Check{pingCheck("redis "+srv.Addr, c)}
+	b.closers = append(b.closers, func() { _ = c.Close() })
 	return b, nil
 }
 
-// dialRedis builds one client per URL. An unreachable node is logged, not fatal: /readyz
-// reports it and the lock strategies answer unavailable until it is back.
-func dialRedis(ctx context.Context, urls []string, logger *slog.Logger) (*redisBackend, error) {
+// Kinds of --redis URL.
+const (
+	redisKindSingle   = "single"   // redis://host:port/db (ParseURL)
+	redisKindSentinel = "sentinel" // redis://sentinel:port?master_name=NAME&addr=sentinel2... (ParseFailoverURL)
+	redisKindCluster  = "cluster"  // redis://node:port?addr=node2&addr=node3 with --redis-cluster (ParseClusterURL)
+)
+
+// redisKindOf tells the kind of a --redis URL. go-redis's failover and cluster parsers both
+// accept redis://host?addr=...; the explicit marks are the master_name parameter (Sentinel:
+// the master's name is what Sentinel needs, a cluster has none) and the --redis-cluster flag
+// (REDIS_CLUSTER) for Cluster. A URL with master_name under --redis-cluster is refused.
+func redisKindOf(raw string, cluster bool) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	sentinel := u.Query().Has("master_name")
+	switch {
+	case sentinel && cluster:
+		return "", errors.New("a master_name (Sentinel) URL under --redis-cluster: choose one")
+	case sentinel:
+		return redisKindSentinel, nil
+	case cluster:
+		return redisKindCluster, nil
+	}
+	return redisKindSingle, nil
+}
+
+// dialRedis builds one client per URL: a plain client, a Sentinel-backed failover client or
+// a cluster client, by redisKindOf. An unreachable node is logged, not fatal: /readyz reports
+// it and the lock strategies answer unavailable until it is back.
+func dialRedis(ctx context.Context, urls []string, cluster bool, logger *slog.Logger) (*redisBackend, error) {
 	b := &redisBackend{mode: redisModeURL}
-	for _, u := range urls {
-		opts, err := redis.ParseURL(u)
+	for i, u := range urls {
+		kind, c, checks, err := dialOne(u, cluster)
 		if err != nil {
 			b.close()
 			return nil, fmt.Errorf("--redis %q: %w", u, err)
 		}
-		c := redis.NewClient(clientOptions(opts))
 		b.nodes = append(b.nodes, c)
 		b.closers = append(b.closers, func() { _ = c.Close() })
+		for _, ch := range checks {
+			if len(urls) > 1 {
+				ch.Name = fmt.Sprintf("redlock node %d: %s", i, ch.Name)
+			}
+			b.checks = append(b.checks, ch)
+		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := c.Ping(pctx).Err(); err != nil {
-			logger.Warn("redis node not reachable yet", "addr", opts.Addr, "err", err)
+			logger.Warn("redis not reachable yet", "kind", kind, "url", redactURL(u), "err", err)
 		}
 		cancel()
+		notice(logger, "redis", "mode", b.mode, "kind", kind, "url", redactURL(u))
 	}
 	b.client = b.nodes[0]
-	notice(logger, "redis", "mode", b.mode, "nodes", len(b.nodes), "addr", b.client.Options().Addr)
 	return b, nil
+}
+
+// dialOne builds the client of one --redis URL and the readiness checks of its nodes: the
+// server; the master (through Sentinel) and every Sentinel; every seed node and every master
+// of the cluster (CLUSTER SHARDS as the cluster client sees it).
+func dialOne(raw string, cluster bool) (string, redis.UniversalClient, []inventory.Check, error) {
+	kind, err := redisKindOf(raw, cluster)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	switch kind {
+	case redisKindSentinel:
+		o, err := redis.ParseFailoverURL(raw)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		failoverOptions(o)
+		c := redis.NewFailoverClient(o)
+		checks := []inventory.Check{pingCheck("redis master "+o.MasterName+" (via sentinel)", c)}
+		for _, addr := range o.SentinelAddrs {
+			checks = append(checks, sentinelCheck(addr, o))
+		}
+		return kind, c, checks, nil
+	case redisKindCluster:
+		o, err := redis.ParseClusterURL(raw)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		clusterOptions(o)
+		c := redis.NewClusterClient(o)
+		checks := []inventory.Check{{Name: "redis cluster masters", Ping: func(ctx context.Context) error {
+			return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+				if err := n.Ping(ctx).Err(); err != nil {
+					return fmt.Errorf("%s: %w", n.Options().Addr, err)
+				}
+				return nil
+			})
+		}}}
+		for _, addr := range o.Addrs {
+			checks = append(checks, addrCheck("redis cluster node "+addr, addr, o.Username, o.Password))
+		}
+		return kind, c, checks, nil
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	c := redis.NewClient(clientOptions(o))
+	return kind, c, []inventory.Check{pingCheck("redis "+o.Addr, c)}, nil
+}
+
+// pingCheck is a readiness check that PINGs through c.
+func pingCheck(name string, c redis.UniversalClient) inventory.Check {
+	return inventory.Check{Name: name, Ping: func(ctx context.Context) error { return c.Ping(ctx).Err() }}
+}
+
+// addrCheck PINGs one node at addr with a short-lived connection (a seed node of a cluster is
+// not a client of its own).
+func addrCheck(name, addr, user, pass string) inventory.Check {
+	return inventory.Check{Name: name, Ping: func(ctx context.Context) error {
+		c := redis.NewClient(clientOptions(&redis.Options{Addr: addr, Username: user, Password: pass, PoolSize: 1}))
+		defer c.Close()
+		return c.Ping(ctx).Err()
+	}}
+}
+
+// sentinelCheck asks the Sentinel at addr for the master's address.
+func sentinelCheck(addr string, o *redis.FailoverOptions) inventory.Check {
+	return inventory.Check{Name: "redis sentinel " + addr, Ping: func(ctx context.Context) error {
+		c := redis.NewSentinelClient(clientOptions(&redis.Options{Addr: addr, Username: o.SentinelUsername,
+			Password: o.SentinelPassword, PoolSize: 1}))
+		defer c.Close()
+		return c.GetMasterAddrByName(ctx, o.MasterName).Err()
+	}}
+}
+
+// redactURL hides the password of a Redis URL for the log.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
 }
 
 // clientOptions makes every call honour its context deadline (the lock library bounds each
@@ -105,6 +226,21 @@ func clientOptions(o *redis.Options) *redis.Options {
 	o.PoolTimeout = 2 * time.Second
 	o.MaxRetries = -1 // the caller decides whether to retry
 	return o
+}
+
+// failoverOptions and clusterOptions apply clientOptions' settings to the Sentinel and
+// Cluster clients. A cluster client follows MOVED/ASK redirections itself (MaxRedirects):
+// they are not retries of a command that may have run.
+func failoverOptions(o *redis.FailoverOptions) {
+	c := clientOptions(&redis.Options{})
+	o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout = true, c.DialTimeout, c.ReadTimeout, c.WriteTimeout
+	o.PoolTimeout, o.MaxRetries, o.DialerRetries, o.DialerRetryTimeout = c.PoolTimeout, c.MaxRetries, c.DialerRetries, c.DialerRetryTimeout
+}
+
+func clusterOptions(o *redis.ClusterOptions) {
+	c := clientOptions(&redis.Options{})
+	o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout = true, c.DialTimeout, c.ReadTimeout, c.WriteTimeout
+	o.PoolTimeout, o.MaxRetries, o.DialerRetries, o.DialerRetryTimeout = c.PoolTimeout, c.MaxRetries, c.DialerRetries, c.DialerRetryTimeout
 }
 
 // lookPath finds an executable named file in the directories of pathEnv (a PATH value).

@@ -64,22 +64,22 @@ func supervisorServe(stderr io.Writer) func(context.Context, config, func(string
 
 // supervisorRedis returns the Redis URL every instance uses: the first --redis URL, or a Redis
 // started here (redis-server child, or in-process miniredis, which listens on loopback too).
-func supervisorRedis(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) (string, *redis.Client, func(), error) {
+func supervisorRedis(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) (string, redis.UniversalClient, func(), error) {
 	urls := cfg.redisURLList()
-	rb, err := openRedis(ctx, urls, getenv, logger)
+	rb, err := openRedis(ctx, urls, cfg.redisCluster, getenv, logger)
 	if err != nil {
 		return "", nil, nil, err
 	}
 	url := strings.Join(urls, ",")
-	if url == "" {
-		url = "redis://" + rb.client.Options().Addr + "/0"
+	if c, ok := rb.client.(*redis.Client); ok && url == "" {
+		url = "redis://" + c.Options().Addr + "/0"
 	}
 	return url, rb.client, rb.close, nil
 }
 
 // supervisor holds the storefront children of the lab.
 type supervisor struct {
-	rdb      *redis.Client // to confirm a holder in Redis before leaving it paused
+	rdb      redis.UniversalClient // to confirm a holder in Redis before leaving it paused
 	pauseFor time.Duration
 	log      *slog.Logger
 	hc       *http.Client
@@ -121,7 +121,8 @@ func (s *supervisor) start(ctx context.Context, cfg config, redisURL string, std
 		"--admin-token", token, "--strategy", cfg.strategy, "--lock-lease", cfg.lockLease.String(),
 		"--lock-wait", cfg.lockWait.String(), "--max-inflight-per-item", strconv.Itoa(cfg.maxInflight),
 		"--db-pool", strconv.Itoa(cfg.dbPool), "--db-statement-timeout", cfg.dbStmtTimeout.String(),
-		"--log-level", cfg.logLevel.String(), "--shutdown-timeout", cfg.shutdownTimeout.String()}
+		"--log-level", cfg.logLevel.String(), "--shutdown-timeout", cfg.shutdownTimeout.String(),
+		"--redis-cluster=" + strconv.FormatBool(cfg.redisCluster), "--on-redis-down", cfg.onRedisDown}
 	out := &lockedWriter{w: stderr}
 	for i := range cfg.instances {
 		addr := make(chan string, 1)

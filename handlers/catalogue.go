@@ -44,6 +44,7 @@ type orderView struct {
 	Strategy       string    `json:"strategy"`
 	FenceToken     int64     `json:"fence_token"`
 	IdempotencyKey *string   `json:"idempotency_key"`
+	Degraded       bool      `json:"degraded,omitempty"`
 	CreatedAt      time.Time `json:"created_at"`
 }
 
@@ -52,7 +53,7 @@ func newOrderViews(orders []inventory.Order) []orderView {
 	for _, o := range orders {
 		views = append(views, orderView{
 			OrderID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Strategy: o.Strategy,
-			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, CreatedAt: o.CreatedAt,
+			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, Degraded: o.Degraded, CreatedAt: o.CreatedAt,
 		})
 	}
 	return views

@@ -54,7 +54,7 @@ type Service interface {
 	ListOrders(ctx context.Context, q inventory.OrderQuery) ([]inventory.Order, error)
 	Stats(ctx context.Context) ([]inventory.ItemStats, error)
 	Reset(ctx context.Context, items []inventory.NewItem) error
-	Ready(ctx context.Context) error
+	Readiness(ctx context.Context) ([]inventory.CheckResult, error)
 	Strategies() []string
 	DescribeStrategies() []inventory.StrategyInfo
 }
@@ -201,11 +201,12 @@ type strategyView struct {
 func (s *server) readyz(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
 	defer cancel()
-	if err := s.svc.Ready(ctx); err != nil {
-		writeError(c, unavailable(err))
+	checks, err := s.svc.Readiness(ctx)
+	if err != nil {
+		writeError(c, unavailable(err)) // the error names the failed checks: logged, not shown
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	c.JSON(http.StatusOK, gin.H{"status": "ok", "checks": checks})
 }
 
 func (s *server) serveMetrics(c *gin.Context) {

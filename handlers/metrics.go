@@ -25,6 +25,7 @@ const stockScrapeTimeout = 2 * time.Second
 type Metrics struct {
 	purchases    *prometheus.CounterVec   // by strategy and result
 	purchaseTime *prometheus.HistogramVec // by strategy
+	degraded     *prometheus.CounterVec   // orders sold by the guard alone while Redis was down, by strategy
 	lockWait     prometheus.Histogram
 	lockHeld     prometheus.Histogram
 	lockRenewals prometheus.Counter
@@ -51,6 +52,10 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Help:    "Time the inventory service took to answer a purchase, by strategy.",
 			Buckets: latency,
 		}, []string{"strategy"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "purchases_degraded_total",
+			Help: "Orders created through the database guard alone while Redis was unavailable (--on-redis-down=guard), by strategy.",
+		}, []string{"strategy"}),
 		lockWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: metricsNamespace, Name: "lock_wait_seconds",
 			Help:    "Time spent waiting for an item lock before obtaining it.",
@@ -74,7 +79,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			"Current stock of each item, read from the database at scrape time.",
 			[]string{"item_id", "sku"}, nil)},
 	}
-	reg.MustRegister(m.purchases, m.purchaseTime, m.lockWait, m.lockHeld, m.lockRenewals,
+	reg.MustRegister(m.purchases, m.purchaseTime, m.degraded, m.lockWait, m.lockHeld, m.lockRenewals,
 		m.lockLosses, m.stock,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -108,6 +113,13 @@ func (m *Metrics) observePurchase(strategy, result string, elapsed time.Duration
 	m.purchases.WithLabelValues(strategy, result).Inc()
 	if elapsed > 0 {
 		m.purchaseTime.WithLabelValues(strategy).Observe(elapsed.Seconds())
+	}
+}
+
+// observeDegraded counts one order created without the lock, Redis being down.
+func (m *Metrics) observeDegraded(strategy string) {
+	if m != nil {
+		m.degraded.WithLabelValues(strategy).Inc()
 	}
 }
 

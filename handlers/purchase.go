@@ -47,6 +47,9 @@ func (s *server) purchase(c *gin.Context) {
 	}
 	c.JSON(status, receipt)
 	s.observePurchase(c, receipt.Strategy, true, start)
+	if receipt.Degraded && !receipt.Replayed && s.offered[receipt.Strategy] {
+		s.metrics.observeDegraded(receipt.Strategy)
+	}
 }
 
 // parsePurchase builds the service request from the path, headers and body.

@@ -103,7 +103,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 			t.Cleanup(func() { _ = stall.Close() })
 			cfg.StallFor, cfg.StallLocker = 3*opts.lease, inventory.NewLocker(stall)
 		}
-		cfg.Ping = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+		cfg.Checks = []inventory.Check{{Name: "redis " + opts.redis.Addr(), Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}}
 		cfg.Default = inventory.StrategyLockGuard
 	}
 	if opts.defaultStrategy != "" {
@@ -203,11 +203,11 @@ func (f *faultService) Purchase(ctx context.Context, req inventory.PurchaseReque
 	return f.Service.Purchase(ctx, req)
 }
 
-func (f *faultService) Ready(ctx context.Context) error {
+func (f *faultService) Readiness(ctx context.Context) ([]inventory.CheckResult, error) {
 	if f.ready != nil {
-		return f.ready(ctx)
+		return nil, f.ready(ctx)
 	}
-	return f.Service.Ready(ctx)
+	return f.Service.Readiness(ctx)
 }
 
 var _ handlers.Service = (*faultService)(nil)

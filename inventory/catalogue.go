@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"gorm.io/gorm"
 
@@ -65,7 +66,7 @@ func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]Order, error)
 	orders := make([]Order, 0, len(rows))
 	for _, o := range rows {
 		orders = append(orders, Order{ID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Strategy: o.Strategy,
-			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, CreatedAt: o.CreatedAt.UTC()})
+			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, Degraded: o.Degraded, CreatedAt: o.CreatedAt.UTC()})
 	}
 	return orders, nil
 }
@@ -127,9 +128,55 @@ func (s *Service) Reset(ctx context.Context, items []NewItem) error {
 	return nil
 }
 
-// Ready checks that the database answers and, when Config.Ping is set, the lock service. It
-// returns an error wrapping ErrUnavailable otherwise.
+// Check is one readiness check of a backing service (main gives one per configured Redis
+// node: a server, a Sentinel, a cluster node).
+type Check struct {
+	Name string
+	Ping func(ctx context.Context) error
+}
+
+// CheckResult is the outcome of one readiness check, as /readyz shows it.
+type CheckResult struct {
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	err  error
+}
+
+// Readiness runs every check at once, the database first in the list: each result says
+// whether it answered. err wraps ErrUnavailable and names every failed check, with its cause,
+// when one failed.
+func (s *Service) Readiness(ctx context.Context) ([]CheckResult, error) {
+	all := append([]Check{{Name: "database", Ping: s.pingDB}}, s.checks...)
+	res := make([]CheckResult, len(all))
+	var wg sync.WaitGroup
+	for i, c := range all {
+		wg.Add(1)
+		go func() { // owner: Readiness, which waits; each Ping is bounded by ctx
+			defer wg.Done()
+			err := c.Ping(ctx)
+			res[i] = CheckResult{Name: c.Name, OK: err == nil, err: err}
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	for _, r := range res {
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.Name, r.err))
+		}
+	}
+	if len(errs) > 0 {
+		return res, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(errs...))
+	}
+	return res, nil
+}
+
+// Ready is Readiness without the list: nil when every check answered.
 func (s *Service) Ready(ctx context.Context) error {
+	_, err := s.Readiness(ctx)
+	return err
+}
+
+func (s *Service) pingDB(ctx context.Context) error {
 	sqlDB, err := s.db.DB()
 	if err == nil {
 		err = sqlDB.PingContext(ctx)
@@ -137,13 +184,5 @@ func (s *Service) Ready(ctx context.Context) error {
 	if err == nil {
 		err = s.db.WithContext(ctx).Exec("SELECT 1").Error
 	}
-	if err != nil {
-		return fmt.Errorf("%w: database: %w", ErrUnavailable, err)
-	}
-	if s.ping != nil {
-		if err := s.ping(ctx); err != nil {
-			return fmt.Errorf("%w: lock service: %w", ErrUnavailable, err)
-		}
-	}
-	return nil
+	return err
 }

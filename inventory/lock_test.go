@@ -29,7 +29,7 @@ func lockService(t testing.TB, db *gorm.DB, srv *redistest.Server, opts locking.
 	if wrap != nil {
 		l = wrap(l)
 	}
-	s := newService(t, inventory.Config{DB: db, Locker: l, Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	s := newService(t, inventory.Config{DB: db, Locker: l, Checks: []inventory.Check{{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}}})
 	return s, lc
 }
 

@@ -24,9 +24,13 @@ type Config struct {
 	Default   string    // strategy of requests that name none; "" means lock+guard
 	Logger    *slog.Logger
 
-	// Ping, if set, is called by Ready to check the lock service (main passes the Redis
-	// client's PING). Default: none.
-	Ping func(ctx context.Context) error
+	// Checks are the readiness checks of the backing services besides the database (main
+	// passes one per configured Redis node), run by Readiness and Ready. Default: none.
+	Checks []Check
+	// OnRedisDown is what lock+guard and redlock+guard do when the lock service is
+	// unavailable: OnRedisDownFail (default) answers ErrUnavailable, OnRedisDownGuard sells
+	// through the database guard alone (degraded.go). The admission limit follows it.
+	OnRedisDown string
 	// Sleep spends the simulated work; tests may replace it. Default: a timer that ends early
 	// with ctx's error when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -57,7 +61,8 @@ type Service struct {
 	store      store
 	log        *slog.Logger
 	def        string
-	ping       func(ctx context.Context) error
+	checks     []Check
+	onDown     string
 	admission  Admission
 	strategies map[string]strategy
 	names      []string
@@ -84,13 +89,17 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
+	if !ValidOnRedisDown(cfg.OnRedisDown) {
+		return nil, fmt.Errorf("inventory: OnRedisDown %q: want %q or %q", cfg.OnRedisDown, OnRedisDownFail, OnRedisDownGuard)
+	}
 	s := &Service{
 		stallFor:  cfg.StallFor,
 		db:        cfg.DB,
 		store:     newStore(cfg.DB, cfg.WriteTimeout),
 		log:       cfg.Logger,
 		def:       cfg.Default,
-		ping:      cfg.Ping,
+		checks:    cfg.Checks,
+		onDown:    cfg.OnRedisDown,
 		admission: cfg.Admission,
 	}
 	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger,
@@ -175,10 +184,15 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 func (s *Service) admitAndRun(ctx context.Context, st strategy, name string, p purchase) (Receipt, error) {
 	if s.admission != nil {
 		release, err := s.admission.Acquire(ctx, p.itemID)
-		if err != nil {
+		switch {
+		case sellsDegraded(s.onDown, err):
+			// The admission limit follows --on-redis-down: without Redis there is no limit.
+			s.log.DebugContext(ctx, "admission limit unavailable: admitted", "item", p.itemID, "err", err)
+		case err != nil:
 			return Receipt{}, err
+		default:
+			defer release()
 		}
-		defer release()
 	}
 	return s.run(ctx, st, name, p)
 }

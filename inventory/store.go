@@ -20,6 +20,7 @@ type purchase struct {
 	key         string // idempotency key; "" for none
 	fingerprint string
 	stall       bool // the demo stall fault (events.go)
+	degraded    bool // sold without the lock, Redis being unavailable (degraded.go)
 }
 
 // row is what a strategy reads of an item.
@@ -190,6 +191,7 @@ func insertOrder(tx *gorm.DB, p purchase, strategy string, token int64, remainin
 		FenceToken:  token,
 		Fingerprint: p.fingerprint,
 		Remaining:   remaining,
+		Degraded:    p.degraded,
 	}
 	if p.key != "" {
 		key := p.key
@@ -212,6 +214,7 @@ func receiptOf(o models.Order, replayed bool) Receipt {
 		Remaining:  o.Remaining,
 		FenceToken: o.FenceToken,
 		Strategy:   o.Strategy,
+		Degraded:   o.Degraded,
 		Replayed:   replayed,
 	}
 }

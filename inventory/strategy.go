@@ -41,11 +41,11 @@ var strategyTable = []StrategyInfo{
 		build: func(d deps, _ Config) strategy { return guard{d} }},
 	{Name: StrategyLockGuard, HowIt: "Redis lock; inside it work, then the guarded update with the fence check", Safe: true, Safety: "safe even when the lock is lost: a stale holder's write is refused",
 		build: func(d deps, cfg Config) strategy {
-			return lockGuard{deps: d, locker: cfg.Locker, name: StrategyLockGuard}
+			return lockGuard{deps: d, locker: cfg.Locker, name: StrategyLockGuard, onDown: cfg.OnRedisDown}
 		}},
 	{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Safety: "as lock+guard", Redlock: true,
 		build: func(d deps, cfg Config) strategy {
-			return lockGuard{deps: d, locker: cfg.Redlock, name: StrategyRedlockGuard}
+			return lockGuard{deps: d, locker: cfg.Redlock, name: StrategyRedlockGuard, onDown: cfg.OnRedisDown}
 		}},
 }
 
@@ -167,6 +167,7 @@ type lockGuard struct {
 	deps
 	locker Locker
 	name   string
+	onDown string // OnRedisDown policy: with guard, an unavailable lock service degrades (degraded.go)
 }
 
 func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
@@ -180,6 +181,9 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 		return Receipt{}, err
 	}
 	held, err := s.obtainObserved(ctx, s.locker, p, s.name, r.FenceToken)
+	if sellsDegraded(s.onDown, err) {
+		return sellDegraded(ctx, s.deps, p, s.name)
+	}
 	if err != nil {
 		return Receipt{}, err
 	}

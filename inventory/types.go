@@ -49,7 +49,8 @@ type Receipt struct {
 	Remaining  int    `json:"remaining"`
 	FenceToken int64  `json:"fence_token"`
 	Strategy   string `json:"strategy"`
-	Replayed   bool   `json:"-"` // true when an earlier order with the same key was returned
+	Degraded   bool   `json:"degraded,omitempty"` // sold by the guard alone, Redis being down (fence_token 0)
+	Replayed   bool   `json:"-"`                  // true when an earlier order with the same key was returned
 }
 
 // OrderQuery selects orders for verification, ascending by id.
@@ -91,6 +92,7 @@ type Order struct {
 	Strategy       string
 	FenceToken     int64
 	IdempotencyKey *string
+	Degraded       bool // sold by the guard alone while Redis was unavailable
 	CreatedAt      time.Time
 }
 

@@ -24,7 +24,9 @@ type Item struct {
 // Order is one successful purchase. It is written in the same transaction as the stock update
 // it records. IdempotencyKey is NULL when the client sent none; Fingerprint identifies the
 // request (item and quantity) that used the key, and Remaining is the stock left right after
-// this purchase, kept so that a replay can rebuild the original response.
+// this purchase, kept so that a replay can rebuild the original response. Degraded is true for
+// an order sold through the database guard alone while Redis was unavailable
+// (--on-redis-down=guard): its FenceToken is 0.
 type Order struct {
 	ID             int64   `gorm:"primaryKey"`
 	ItemID         int64   `gorm:"index;not null"`
@@ -34,5 +36,6 @@ type Order struct {
 	IdempotencyKey *string `gorm:"uniqueIndex"`
 	Fingerprint    string  `gorm:"not null;default:''"`
 	Remaining      int     `gorm:"not null"`
+	Degraded       bool    `gorm:"not null;default:false"`
 	CreatedAt      time.Time
 }
