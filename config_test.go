@@ -16,7 +16,7 @@ func TestConfigDefaults(t *testing.T) {
 	c, err := parseConfig(nil, func(string) string { return "" }, &bytes.Buffer{})
 	require.NoError(t, err)
 	assert.Equal(t, config{
-		addr: ":8080", db: "stockguard.db", strategy: "lock+guard", lockLease: 30 * time.Second,
+		addr: ":8080", db: "stockguard.db", strategy: "lock+guard", onRedisDown: "fail", lockLease: 30 * time.Second,
 		lockWait: 5 * time.Second, logLevel: slog.LevelInfo, shutdownTimeout: 15 * time.Second,
 		dbStmtTimeout: 5 * time.Second,
 	}, c)
@@ -29,6 +29,7 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 		"STRATEGY": "guard", "LOCK_LEASE": "10s", "LOCK_WAIT": "1s", "ADMIN_TOKEN": "t0k",
 		"DEMO": "true", "MAX_INFLIGHT_PER_ITEM": "8", "LOG_LEVEL": "debug", "SHUTDOWN_TIMEOUT": "3s",
 		"DB_POOL": "12", "DB_STATEMENT_TIMEOUT": "750ms",
+		"REDIS_CLUSTER": "true", "ON_REDIS_DOWN": "guard",
 	}
 	c, err := parseConfig([]string{"--addr", "127.0.0.1:0", "--demo=false"}, func(k string) string { return env[k] }, &bytes.Buffer{})
 	require.NoError(t, err)
@@ -46,6 +47,8 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 	assert.Equal(t, 12, c.dbPool)
 	assert.Equal(t, 750*time.Millisecond, c.dbStmtTimeout)
 	assert.Equal(t, 1500*time.Millisecond, c.writeTimeout())
+	assert.True(t, c.redisCluster)
+	assert.Equal(t, "guard", c.onRedisDown)
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -62,6 +65,8 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"extra"}, nil, "unexpected arguments"},
 		{[]string{"--db-pool", "-1"}, nil, "--db-pool -1"},
 		{nil, map[string]string{"DB_STATEMENT_TIMEOUT": "1ms"}, "--db-statement-timeout 1ms"},
+		{nil, map[string]string{"ON_REDIS_DOWN": "hope"}, `--on-redis-down "hope"`},
+		{[]string{"--redis", "redis://h:1?master_name=m", "--redis-cluster"}, nil, "choose one"},
 	} {
 		var stderr bytes.Buffer
 		code := run(t.Context(), tt.args, func(k string) string { return tt.env[k] }, &stderr)
