@@ -199,6 +199,20 @@ func (s *Server) Signal(sig os.Signal) error {
 	return s.cmd.Process.Signal(sig)
 }
 
+// Exited reports whether a child has exited (killed by a signal, or stopped by Close or
+// Kill); an in-process server never exits on its own.
+func (s *Server) Exited() bool {
+	if s.exited == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close stops the server and waits for it: a child gets SIGTERM (after SIGCONT, in case it
 // is paused), then SIGKILL if it has not exited within 3s; its directory is removed.
 func (s *Server) Close() { s.stop(3 * time.Second) }

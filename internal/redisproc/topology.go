@@ -333,3 +333,85 @@ func ErrOf[T interface{ Close() }](v T, err error) error {
 	}
 	return err
 }
+
+// Rejoin brings the set back to one master with in-sync replicas after a failover that killed
+// the master: it asks the Sentinels for the current master, restarts every exited server of
+// the set (empty) on its own port as a replica of it, sets Master and Replicas to the roles as
+// they are now, and waits until the replicas are in sync and every Sentinel names the master
+// and sees every replica up. A set that had no failover is left as it is.
+func (s *SentinelSet) Rejoin(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, setupLimit)
+	defer cancel()
+	addr, err := s.MasterAddr(ctx)
+	if err != nil {
+		return err
+	}
+	all := append([]*Server{s.Master}, s.Replicas...)
+	var master *Server
+	var replicas []*Server
+	mhost, mport := splitAddr(addr)
+	for i, srv := range all {
+		if srv.Addr == addr && !srv.Exited() {
+			master = srv
+			continue
+		}
+		if srv.Exited() {
+			srv.Kill() // reap it and remove its directory
+			_, port := splitAddr(srv.Addr)
+			p, _ := strconv.Atoi(port)
+			var fresh *Server
+			for attempt := 0; attempt < 50; attempt++ { // the old socket may linger briefly
+				fresh, err = StartChildWith(srv.cmd.Path, p, "", "--replicaof", mhost, mport,
+					"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", "--repl-timeout", "5")
+				if err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil {
+				return fmt.Errorf("redisproc: rejoin %s: %w", srv.Addr, err)
+			}
+			all[i], srv = fresh, fresh
+		}
+		replicas = append(replicas, srv)
+	}
+	if master == nil {
+		return fmt.Errorf("redisproc: the sentinels name %s, which is not a running server of the set", addr)
+	}
+	s.Master, s.Replicas = master, replicas
+	err = withClient(master.Addr, func(rdb *redis.Client) error {
+		return poll(ctx, func() (bool, error) {
+			info, err := rdb.Info(ctx, "replication").Result()
+			return err == nil && strings.Count(info, "state=online") == len(replicas), err
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("redisproc: replicas of %s not in sync: %w", master.Addr, err)
+	}
+	for _, sn := range s.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr, MaxRetries: -1, DialTimeout: time.Second,
+			ReadTimeout: time.Second, WriteTimeout: time.Second, ContextTimeoutEnabled: true})
+		err := poll(ctx, func() (bool, error) {
+			a, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+			if err != nil || len(a) != 2 || a[0]+":"+a[1] != master.Addr {
+				return false, err
+			}
+			reps, err := sc.Replicas(ctx, s.MasterName).Result()
+			if err != nil {
+				return false, err
+			}
+			up := 0
+			for _, r := range reps {
+				if r["flags"] == "slave" && r["master-link-status"] == "ok" {
+					up++
+				}
+			}
+			return up == len(replicas), nil
+		})
+		_ = sc.Close()
+		if err != nil {
+			return fmt.Errorf("redisproc: sentinel %s does not see the set rejoined: %w", sn.Addr, err)
+		}
+	}
+	return nil
+}

@@ -77,4 +77,12 @@ func TestStartSentinelSetFailover(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+
+	// The dead master comes back as a replica of the promoted one: the set can fail over again.
+	old := s.Master.Addr
+	require.NoError(t, s.Rejoin(ctx))
+	assert.Equal(t, addr, s.Master.Addr)
+	require.Len(t, s.Replicas, 1)
+	assert.Equal(t, old, s.Replicas[0].Addr)
+	assert.False(t, s.Replicas[0].Exited())
 }
