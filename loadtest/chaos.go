@@ -21,10 +21,35 @@ type ChaosEvent struct {
 	ResumedAt float64 `json:"resumed_at_s"`       // seconds since the strategy's run began
 	Note      string  `json:"note,omitempty"`     // what happened when no lock holder was paused
 	Paused    bool    `json:"paused"`             // an instance was actually paused
+
+	// -chaos failover and partition (faults.go)
+	Mode     string      `json:"mode"`                // pause, failover or partition
+	FaultAt  float64     `json:"fault_at_s"`          // when selling could first be hurt: the pause, the master's death, the cut
+	Timeline []Milestone `json:"timeline,omitempty"`  // what happened when
+	NewToken int64       `json:"new_token,omitempty"` // token of the next holder of the hot lock, on another instance
+	// partition: when the cut holder's own lock set dropped the lock (its watchdog declared
+	// the loss) and when another instance first held it, both since the run began.
+	LossAt float64 `json:"loss_declared_at_s,omitempty"`
+	NextAt float64 `json:"next_holder_at_s,omitempty"`
+	// After the run, from the answers and the order rows:
+	ResumedAfter float64 `json:"selling_resumed_after_s"`      // from FaultAt to the first 201 of a purchase sent after it (-1: none)
+	Refused      int     `json:"refused"`                      // answers after FaultAt that were neither 2xx nor sold out
+	HolderWrote  string  `json:"holder_wrote,omitempty"`       // what the faulted holder's token wrote: "nothing", or when
+	StaleRefused bool    `json:"stale_refused,omitempty"`      // failover: the stale holder's token has no order (the fence refused it, or it saw the loss)
+	Baseline     float64 `json:"baseline_req_per_s,omitempty"` // latency: req/s of the same strategy without the latency
+}
+
+// Milestone is one step of a fault, in seconds since the strategy's run began.
+type Milestone struct {
+	At   float64 `json:"at_s"`
+	What string  `json:"what"`
 }
 
 // String describes the event in one line.
 func (e *ChaosEvent) String() string {
+	if e.Mode == "failover" || e.Mode == "partition" {
+		return e.faultString()
+	}
 	if !e.Paused {
 		return "no pause: " + e.Note
 	}
@@ -41,11 +66,13 @@ func (e *ChaosEvent) String() string {
 	return s
 }
 
-// chaos pauses instances of a self-contained cluster.
+// chaos pauses instances of a self-contained cluster, or (faults.go) fails its Redis over or
+// cuts an instance's link to Redis.
 type chaos struct {
+	mode    string // pause, failover or partition
 	cluster *Cluster
 	apis    []*api
-	rdb     *redis.Client
+	rdb     *redis.Client // the Redis of the locks (pause, partition); nil for failover
 	lease   time.Duration
 }
 
@@ -56,7 +83,7 @@ func usesLock(strategy string) bool { return strategy == "lock" || strategy == "
 // item's lock (any instance with requests in flight when the strategy takes no lock), and resumes
 // it. It returns early, without a pause, when stop closes first. It never leaves a process stopped.
 func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, strategy string, hotID int64, round int) *ChaosEvent {
-	ev := &ChaosEvent{}
+	ev := &ChaosEvent{Mode: "pause"}
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -72,6 +99,12 @@ func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, 
 	if !wait(200 * time.Millisecond) {
 		ev.Note = "the run ended before the pause"
 		return ev
+	}
+	switch c.mode {
+	case "failover":
+		return c.failover(ctx, stop, start, hotID)
+	case "partition":
+		return c.partition(ctx, stop, start, hotID)
 	}
 	if !usesLock(strategy) {
 		in := c.cluster.Instances[round%len(c.cluster.Instances)]
@@ -148,6 +181,7 @@ func (c *chaos) pause(ctx context.Context, ev *ChaosEvent, in *Instance, start t
 func (c *chaos) hold(ctx context.Context, ev *ChaosEvent, in *Instance, start time.Time) {
 	ev.Paused, ev.Instance, ev.PID, ev.URL = true, in.Index, in.PID(), in.URL
 	ev.PausedAt = time.Since(start).Seconds()
+	ev.FaultAt = ev.PausedAt
 	t := time.NewTimer(3 * c.lease)
 	select {
 	case <-t.C:

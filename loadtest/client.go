@@ -145,12 +145,14 @@ type ItemStats struct {
 
 // order is one row of GET /api/orders.
 type order struct {
-	OrderID        int64   `json:"order_id"`
-	ItemID         int64   `json:"item_id"`
-	Quantity       int     `json:"quantity"`
-	Strategy       string  `json:"strategy"`
-	FenceToken     int64   `json:"fence_token"`
-	IdempotencyKey *string `json:"idempotency_key"`
+	OrderID        int64     `json:"order_id"`
+	ItemID         int64     `json:"item_id"`
+	Quantity       int       `json:"quantity"`
+	Strategy       string    `json:"strategy"`
+	FenceToken     int64     `json:"fence_token"`
+	IdempotencyKey *string   `json:"idempotency_key"`
+	Degraded       bool      `json:"degraded"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // receipt is the body of a 201 (or an idempotent 200) purchase answer.
@@ -249,6 +251,7 @@ type purchaseResult struct {
 	Status  int
 	Code    string // error code of a non-2xx answer, "timeout" or "transport" without answer
 	Receipt receipt
+	Start   time.Time // when it was sent
 	Latency time.Duration
 	Err     error
 }
@@ -265,7 +268,7 @@ func (a *api) purchase(ctx context.Context, p purchaseReq) purchaseResult {
 	var r purchaseResult
 	path := "/api/items/" + strconv.FormatInt(p.ItemID, 10) + "/purchase"
 	r.Status, r.Err = a.do(ctx, http.MethodPost, path, h, map[string]int{"quantity": p.Quantity}, &r.Receipt)
-	r.Latency = time.Since(start)
+	r.Start, r.Latency = start, time.Since(start)
 	var ae *apiError
 	switch {
 	case r.Err == nil:

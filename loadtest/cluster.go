@@ -15,7 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/netfault"
 	"github.com/stockguard/stockguard/internal/pgproc"
+	"github.com/stockguard/stockguard/internal/redisproc"
 )
 
 // ClusterConfig describes the storefront processes of a self-contained run.
@@ -25,7 +27,18 @@ type ClusterConfig struct {
 	Lease     time.Duration // --lock-lease for every instance; 0 keeps the server default
 	DB        string        // "sqlite" (or ""), "postgres" (a private server) or a postgres:// URL
 	Log       io.Writer     // where progress lines go (may be nil)
+	// Redis is the Redis topology: "" one redis-server (or miniredis); TopologySentinel a
+	// master, a replica and three Sentinels, the instances connecting through Sentinel;
+	// TopologyProxied one redis-server reached by each instance through its own in-process
+	// TCP proxy (internal/netfault), whose link the chaos can cut or slow.
+	Redis string
 }
+
+// Redis topologies of a self-contained cluster.
+const (
+	TopologySentinel = "sentinel"
+	TopologyProxied  = "proxied"
+)
 
 // Cluster is a set of storefront processes sharing one database (an SQLite file, a private
 // PostgreSQL server, or a given PostgreSQL URL) and one Redis, all started by the load test.
@@ -33,9 +46,11 @@ type ClusterConfig struct {
 type Cluster struct {
 	Dir        string
 	AdminToken string
-	Redis      *redisServer
-	DB         string         // "sqlite", "postgres" (private server) or "postgres (url)"
-	Postgres   *pgproc.Server // the private PostgreSQL server; nil otherwise
+	Redis      *redisServer           // one redis-server (also behind the proxies); nil with Sentinel
+	Sentinel   *redisproc.SentinelSet // TopologySentinel
+	Links      []*netfault.Link       // TopologyProxied: instance i's link to Redis
+	DB         string                 // "sqlite", "postgres" (private server) or "postgres (url)"
+	Postgres   *pgproc.Server         // the private PostgreSQL server; nil otherwise
 	Instances  []*Instance
 }
 
@@ -170,21 +185,21 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 			return c, err
 		}
 	}
-	if c.Redis, err = startRedis(); err != nil {
+	redisURL, err := c.startRedis(cfg)
+	if err != nil {
 		return c, err
 	}
-	logf("redis: %s at %s", c.Redis.Kind, c.Redis.URL)
 	dsn, err := c.startDB(ctx, cfg.DB, logf)
 	if err != nil {
 		return c, err
 	}
 	args := []string{"--demo", "--addr", "127.0.0.1:0", "--db", dsn,
-		"--redis", c.Redis.URL, "--admin-token", c.AdminToken}
+		"--admin-token", c.AdminToken}
 	if cfg.Lease > 0 {
 		args = append(args, "--lock-lease", cfg.Lease.String())
 	}
 	for i := 0; i < cfg.Instances; i++ {
-		in, err := startInstance(bin, args, i, dir)
+		in, err := startInstance(bin, append(args, "--redis", redisURL(i)), i, dir)
 		if err != nil {
 			return c, err
 		}
@@ -204,6 +219,48 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	return c, nil
 }
 
+// startRedis starts the Redis of cfg.Redis and returns the --redis URL of instance i.
+func (c *Cluster) startRedis(cfg ClusterConfig) (func(i int) string, error) {
+	logf := func(format string, a ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, format+"\n", a...)
+		}
+	}
+	if cfg.Redis == TopologySentinel {
+		path, err := exec.LookPath("redis-server")
+		if err != nil {
+			return nil, errors.New("-chaos failover needs redis-server on PATH (apt-get install -y redis-server)")
+		}
+		// Sentinel settings of the issue: a master is down after 500ms, a failover may take 2s.
+		c.Sentinel, err = redisproc.StartSentinelSet(path, redisproc.SentinelConfig{
+			DownAfter: 500 * time.Millisecond, FailoverTimeout: 2 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		logf("redis: master %s (pid %d), replica %s, sentinels %s", c.Sentinel.Master.Addr, c.Sentinel.Master.PID,
+			c.Sentinel.Replicas[0].Addr, strings.Join(c.Sentinel.SentinelAddrs(), " "))
+		url := c.Sentinel.URL()
+		return func(int) string { return url }, nil
+	}
+	var err error
+	if c.Redis, err = startRedis(); err != nil {
+		return nil, err
+	}
+	logf("redis: %s at %s", c.Redis.Kind, c.Redis.URL)
+	if cfg.Redis != TopologyProxied {
+		return func(int) string { return c.Redis.URL }, nil
+	}
+	for i := 0; i < cfg.Instances; i++ {
+		l, err := netfault.NewLink(c.Redis.Addr)
+		if err != nil {
+			return nil, err
+		}
+		c.Links = append(c.Links, l)
+	}
+	logf("redis: each instance through its own proxy (toxiproxy in-process)")
+	return func(i int) string { return "redis://" + c.Links[i].Addr + "/0" }, nil
+}
+
 // URLs returns the base URL of every instance.
 func (c *Cluster) URLs() []string {
 	urls := make([]string, len(c.Instances))
@@ -221,8 +278,14 @@ func (c *Cluster) Close() {
 		go func() { defer wg.Done(); in.stop(5 * time.Second) }()
 	}
 	wg.Wait()
+	for _, l := range c.Links {
+		l.Close()
+	}
 	if c.Redis != nil {
 		c.Redis.Close()
+	}
+	if c.Sentinel != nil {
+		c.Sentinel.Close()
 	}
 	if c.Postgres != nil {
 		c.Postgres.Close()

@@ -36,7 +36,8 @@ type Config struct {
 	Hot         float64       // share of purchases on the first item
 	Retry       float64       // share of purchases sent twice with the same Idempotency-Key (half at once)
 	Work        time.Duration // X-Simulated-Work of every purchase
-	Chaos       string        // "" or "pause"
+	Chaos       string        // "", "pause", "failover", "partition" or "latency"
+	Latency     time.Duration // -chaos latency: delay of each direction of every instance's Redis link
 	Lease       time.Duration // --lock-lease of the instances in chaos mode
 	Timeout     time.Duration // client timeout of one HTTP request
 	Seed        int64         // random seed of the workload; 0 picks one
@@ -80,7 +81,11 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&c.Hot, "hot", 0.8, "share of purchases on the first (hot) item, 0..1")
 	fs.Float64Var(&c.Retry, "retry", 0.05, "share of purchases sent twice with the same Idempotency-Key (half of them both at once), 0..1")
 	fs.DurationVar(&c.Work, "work", 20*time.Millisecond, "simulated slow work per purchase (X-Simulated-Work, at most 1s)")
-	fs.StringVar(&c.Chaos, "chaos", "", `"pause": SIGSTOP the instance holding the hot item's lock for 3x the lease, during each strategy's run`)
+	fs.StringVar(&c.Chaos, "chaos", "", `during each strategy's run: "pause" SIGSTOPs the instance holding the hot item's lock for 3x the lease;`+"\n"+
+		`"failover" runs Redis under Sentinel and fails it over so that the promoted replica misses the hot lock;`+"\n"+
+		`"partition" black-holes the lock holder's link to Redis for 3x the lease;`+"\n"+
+		`"latency" runs each strategy twice, the second time with -latency on every link to Redis`)
+	fs.DurationVar(&c.Latency, "latency", 20*time.Millisecond, "-chaos latency: added delay of each direction of every link to Redis")
 	fs.DurationVar(&c.Lease, "lease", time.Second, "chaos mode: --lock-lease of the instances")
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "client timeout of one HTTP request")
 	fs.Int64Var(&c.Seed, "seed", 0, "random seed of the workload (0: time-based)")
@@ -104,9 +109,22 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	if set["duration"] && !set["requests"] {
 		c.Requests = 0
 	}
-	if c.Chaos == "pause" && !set["duration"] && !set["requests"] {
-		// Long enough for the unpaused instances to sell during the pause and after it.
+	if (c.Chaos == "pause" || c.Chaos == "partition") && !set["duration"] && !set["requests"] {
+		// Long enough for the other instances to sell during the fault and after it.
 		c.Requests, c.Duration = 0, 3*c.Lease+4*time.Second
+	}
+	if c.Chaos == "failover" && !set["duration"] && !set["requests"] {
+		// Finding a holder, the failover (~1.3s) and the next holder take a few seconds; the
+		// run goes on after them to show selling resumed.
+		c.Requests, c.Duration = 0, 10*time.Second
+	}
+	if (c.Chaos == "failover" || c.Chaos == "partition" || c.Chaos == "latency") && !set["strategies"] {
+		strategies = "lock,lock+guard" // the strategies that take the Redis lock
+	}
+	if c.Chaos == "failover" && !set["stock"] {
+		// Enough for the hot item not to sell out before the stale holder resumes: its
+		// write then lands on stock others have sold since (a lost update under lock).
+		c.Stock = 1000
 	}
 	if c.Chaos == "pause" && !set["stock"] {
 		// Small enough for the hot item to sell out during the pause, so that a stale write of
@@ -166,15 +184,17 @@ func (c *Config) validate() error {
 		return usageErr("-retry must be 0..1, got %g", c.Retry)
 	case c.Work < 0 || c.Work > time.Second:
 		return usageErr("-work must be 0..1s, got %s", c.Work)
-	case c.Chaos != "" && c.Chaos != "none" && c.Chaos != "pause":
-		return usageErr(`-chaos must be "pause" or "none", got %q`, c.Chaos)
+	case !slices.Contains([]string{"", "none", "pause", "failover", "partition", "latency"}, c.Chaos):
+		return usageErr(`-chaos must be pause, failover, partition, latency or none, got %q`, c.Chaos)
 	case len(c.Targets) > 0 && c.DB != DBSQLite && c.DB != "":
 		return usageErr("-db applies to the self-contained mode; -target servers use their own database")
 	case c.DB != "" && c.DB != DBSQLite && c.DB != DBPostgres && !isPostgresURL(c.DB):
 		return usageErr(`-db must be "sqlite", "postgres" or a postgres:// URL, got %q`, c.DB)
-	case c.Chaos == "pause" && len(c.Targets) > 0:
-		return usageErr("-chaos pause needs the self-contained mode (it signals the processes it started)")
-	case c.Chaos == "pause" && (c.Lease < 100*time.Millisecond || c.Lease > time.Minute):
+	case c.Chaos != "" && c.Chaos != "none" && len(c.Targets) > 0:
+		return usageErr("-chaos %s needs the self-contained mode (it starts the processes and the Redis it breaks)", c.Chaos)
+	case c.Chaos == "latency" && (c.Latency <= 0 || c.Latency > time.Second):
+		return usageErr("-latency must be 1ms..1s, got %s", c.Latency)
+	case c.Chaos != "" && (c.Lease < 100*time.Millisecond || c.Lease > time.Minute):
 		return usageErr("-lease must be 100ms..1m, got %s", c.Lease)
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 10*time.Minute:
 		return usageErr("-timeout must be 100ms..10m, got %s", c.Timeout)
@@ -199,7 +219,7 @@ func (c *Config) validate() error {
 		}
 		c.Targets[i] = norm
 	}
-	if c.Chaos == "pause" && c.Timeout < 3*c.Lease+5*time.Second {
+	if (c.Chaos == "pause" || c.Chaos == "failover") && c.Timeout < 3*c.Lease+5*time.Second {
 		c.Timeout = 3*c.Lease + 5*time.Second // requests to the paused instance must outlive the pause
 	}
 	return nil

@@ -92,6 +92,8 @@ type StrategyResult struct {
 	Distribution []LatencyPoint `json:"latency_distribution"`
 	Items        []ItemStats    `json:"items"` // /api/stats after the run
 	Chaos        *ChaosEvent    `json:"chaos,omitempty"`
+	Fault        string         `json:"fault,omitempty"`              // -chaos latency: " +20ms" on the run with the latency
+	Baseline     float64        `json:"baseline_req_per_s,omitempty"` // -chaos latency: req/s of the run without it
 	ExpectedSafe bool           `json:"expected_safe"`
 	Verdict      string         `json:"verdict"`
 	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE
@@ -145,7 +147,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		c.Quantity, c.WorkMS, prefixed(", chaos: ", c.Chaos), r.Machine.CPUs)
 	width := len("strategy")
 	for _, s := range r.Strategies {
-		width = max(width, len(s.Strategy))
+		width = max(width, len(s.Strategy+s.Fault))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\tinstances\trequests\tsold/stock\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\treq/s\tp50\tp90\tp99\tmax\t  verdict\n", width, "strategy")
@@ -158,7 +160,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			verdict += " (expected)"
 		}
 		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t  %s\n",
-			width, s.Strategy, s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
+			width, s.Strategy+s.Fault, s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
 			s.OversoldUnits, s.LostUpdates, s.OrdersWithout201, s.DuplicateOrders, s.ReqPerSec,
 			fmtMS(s.Latency.P50), fmtMS(s.Latency.P90), fmtMS(s.Latency.P99), fmtMS(s.Latency.Max), verdict)
 	}
@@ -170,6 +172,11 @@ func (r *Report) WriteTable(w io.Writer) {
 				fmt.Fprintln(w, "  lock stayed SAFE this time: on resume its watchdog declared the loss before the holder's"+
 					" write (a race it wins in some runs); run again to see the stale write oversell")
 			}
+		}
+	}
+	for _, s := range r.Strategies {
+		if s.Fault != "" && s.Baseline > 0 {
+			fmt.Fprintf(w, "latency %s%s: %.0f req/s against %.0f without it (%.2fx)\n", s.Strategy, s.Fault, s.ReqPerSec, s.Baseline, s.ReqPerSec/s.Baseline)
 		}
 	}
 	for _, s := range r.Strategies {

@@ -21,8 +21,14 @@ func Run(ctx context.Context, cfg Config, logw io.Writer) (*Report, error) {
 		return RunTargets(ctx, cfg, cfg.Targets, cfg.AdminToken, nil, logw)
 	}
 	ccfg := ClusterConfig{Bin: cfg.Bin, Instances: cfg.Instances, Log: logw, DB: cfg.DB}
-	if cfg.Chaos == "pause" {
+	if cfg.Chaos != "" {
 		ccfg.Lease = cfg.Lease
+	}
+	switch cfg.Chaos {
+	case "failover":
+		ccfg.Redis = TopologySentinel
+	case "partition", "latency":
+		ccfg.Redis = TopologyProxied
 	}
 	cl, err := StartCluster(ctx, ccfg)
 	if err != nil {
@@ -50,9 +56,17 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			Concurrency: cfg.Concurrency, Rate: cfg.Rate, Quantity: cfg.Quantity, Hot: cfg.Hot, Retry: cfg.Retry,
 			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed}}
 	if cl != nil {
-		rep.Mode, rep.Redis, rep.RedisPID, rep.DB = "self-contained", cl.Redis.Kind, cl.Redis.PID, cl.DB
+		rep.DB = cl.DB
 	}
-	if cfg.Chaos == "pause" {
+	switch {
+	case cl != nil && cl.Sentinel != nil:
+		rep.Mode, rep.Redis, rep.RedisPID = "self-contained", "redis-server under Sentinel (master, replica, 3 sentinels)", cl.Sentinel.Master.PID
+	case cl != nil && len(cl.Links) > 0:
+		rep.Mode, rep.Redis, rep.RedisPID = "self-contained", cl.Redis.Kind+" behind one proxy per instance", cl.Redis.PID
+	case cl != nil:
+		rep.Mode, rep.Redis, rep.RedisPID = "self-contained", cl.Redis.Kind, cl.Redis.PID
+	}
+	if cfg.Chaos != "" {
 		rep.Config.LeaseMS = ms(cfg.Lease)
 	}
 	for i, a := range apis {
@@ -82,21 +96,40 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 		strategies = []string{""}
 	}
 	var ch *chaos
-	if cfg.Chaos == "pause" {
+	if cfg.Chaos != "" {
 		if cl == nil {
-			return nil, usageErr("-chaos pause needs the self-contained mode")
+			return nil, usageErr("-chaos %s needs the self-contained mode", cfg.Chaos)
 		}
-		ch = &chaos{cluster: cl, apis: apis, rdb: cl.Redis.Client(), lease: cfg.Lease}
-		defer ch.rdb.Close()
+		if err := checkTopology(cfg.Chaos, cl); err != nil {
+			return nil, err
+		}
+		if cfg.Chaos != "latency" {
+			ch = &chaos{mode: cfg.Chaos, cluster: cl, apis: apis, lease: cfg.Lease}
+			if cl.Redis != nil {
+				ch.rdb = cl.Redis.Client()
+				defer ch.rdb.Close()
+			}
+		}
+	}
+	add := func(res *StrategyResult) {
+		rep.Strategies = append(rep.Strategies, *res)
+		if res.Failed {
+			rep.Failed = append(rep.Failed, res.Strategy+res.Fault)
+		}
 	}
 	for round, strategy := range strategies {
 		res, err := runStrategy(ctx, cfg, apis, strategy, demo, ch, round, logw)
 		if err != nil {
 			return rep, err
 		}
-		rep.Strategies = append(rep.Strategies, *res)
-		if res.Failed {
-			rep.Failed = append(rep.Failed, res.Strategy)
+		add(res)
+		if cfg.Chaos == "latency" {
+			slow, err := runWithLatency(ctx, cfg, apis, cl, strategy, demo, len(strategies)+round, logw)
+			if err != nil {
+				return rep, err
+			}
+			slow.Baseline = res.ReqPerSec
+			add(slow)
 		}
 	}
 	if len(rep.Failed) > 0 {
@@ -144,7 +177,8 @@ func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, 
 	if logw != nil && !cfg.Quiet {
 		pr.w, pr.tty = logw, isTerminal(logw)
 	}
-	elapsed, chaosEv := fire(ctx, w, pr, ch, cfg.Seed+int64(round), round)
+	start := time.Now()
+	elapsed, chaosEv := fire(ctx, w, pr, ch, start, cfg.Seed+int64(round), round)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -159,6 +193,7 @@ func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: GET /api/orders: %w", label, err)
 	}
+	chaosEv.settle(start, w.results, orders, len(apis))
 	f := check(strategy, w.results, stats, orders)
 	if strategy == "" && len(orders) > 0 {
 		label = orders[0].Strategy
@@ -199,8 +234,7 @@ func resetCatalogue(ctx context.Context, cfg Config, admin *api) ([]item, error)
 
 // fire runs the workload with its progress display and, in chaos mode, the pause of an
 // instance. It returns once the workload is done and any paused instance is resumed.
-func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, seed int64, round int) (time.Duration, *ChaosEvent) {
-	start := time.Now()
+func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, start time.Time, seed int64, round int) (time.Duration, *ChaosEvent) {
 	var ev *ChaosEvent
 	chaosDone := make(chan struct{})
 	stopChaos := make(chan struct{})
@@ -218,4 +252,40 @@ func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, seed int64,
 	<-chaosDone // a pause in progress ends (the instance is resumed) before anything is checked
 	pr.finish()
 	return elapsed, ev
+}
+
+// checkTopology tells whether the cluster runs the Redis topology a chaos mode needs.
+func checkTopology(mode string, cl *Cluster) error {
+	switch {
+	case mode == "failover" && cl.Sentinel == nil:
+		return usageErr("-chaos failover needs the instances behind Sentinel (start the cluster with Redis: %q)", TopologySentinel)
+	case (mode == "partition" || mode == "latency") && len(cl.Links) != len(cl.Instances):
+		return usageErr("-chaos %s needs one proxy per instance (start the cluster with Redis: %q)", mode, TopologyProxied)
+	case mode == "pause" && cl.Redis == nil:
+		return usageErr("-chaos pause needs a single Redis")
+	}
+	return nil
+}
+
+// runWithLatency runs strategy again with cfg.Latency added to each direction of every
+// instance's link to Redis, and removes it after.
+func runWithLatency(ctx context.Context, cfg Config, apis []*api, cl *Cluster, strategy string, demo bool, round int, logw io.Writer) (*StrategyResult, error) {
+	for _, l := range cl.Links {
+		if err := l.Latency(cfg.Latency); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		for _, l := range cl.Links {
+			_ = l.Heal()
+		}
+	}()
+	res, err := runStrategy(ctx, cfg, apis, strategy, demo, nil, round, logw)
+	if err != nil {
+		return nil, err
+	}
+	res.Fault = fmt.Sprintf(" +%s", cfg.Latency)
+	res.ExpectedSafe = expectedSafe(res.Strategy, len(apis), "latency")
+	res.Failed = res.ExpectedSafe && res.Verdict != VerdictSafe
+	return res, nil
 }

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The two Redis faults of -chaos failover and -chaos partition. Both find the instance that
+// holds the hot item's lock through /api/debug/locks (which names the lock's Redis keys), so
+// nothing here rebuilds the key layout.
+
+// faultWait bounds each step of a fault that waits for something to happen.
+const faultWait = 15 * time.Second
+
+// mark appends a milestone to ev's timeline.
+func (ev *ChaosEvent) mark(start time.Time, format string, a ...any) float64 {
+	at := time.Since(start).Seconds()
+	ev.Timeline = append(ev.Timeline, Milestone{At: at, What: fmt.Sprintf(format, a...)})
+	return at
+}
+
+// failover makes the promoted replica miss the hot item's lock and its latest fencing token,
+// in the order that reliably does it (on a 2-core machine, ~1.3s from the master's death to
+// the promotion):
+//
+//  1. SIGSTOP the replica, and CLIENT KILL TYPE replica on the master: what the master
+//     writes from now on never reaches the replica;
+//  2. let an instance take the hot lock on the master (a token the replica never sees), and
+//     SIGSTOP that holder (the GC pause that makes a stale write possible: a holder that runs
+//     sees the loss through its watchdog on the new master);
+//  3. SIGKILL the master, then SIGCONT the replica so that the Sentinels promote it (a replica
+//     still stopped when the master dies makes them give up: no-good-slave);
+//  4. once the Sentinels name the replica and another instance holds the hot lock on it,
+//     resume the stale holder.
+//
+// Between strategies the dead master is brought back as a replica of the new one (Rejoin).
+func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.Time, hotID int64) *ChaosEvent {
+	ev := &ChaosEvent{Mode: "failover"}
+	set := c.cluster.Sentinel
+	if err := set.Rejoin(ctx); err != nil {
+		ev.Note = "the Sentinel set could not be restored after the last failover: " + err.Error()
+		return ev
+	}
+	master, replica := set.Master, set.Replicas[0]
+	mc := redis.NewClient(&redis.Options{Addr: master.Addr, MaxRetries: -1, ContextTimeoutEnabled: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	defer mc.Close()
+	ev.mark(start, "master %s (pid %d), replica %s (pid %d)", master.Addr, master.PID, replica.Addr, replica.PID)
+
+	// The hot lock's fencing counter, named by a holder.
+	var fenceKey string
+	if !c.until(ctx, stop, func() bool {
+		for i, a := range c.apis {
+			if l, ok := c.holds(ctx, a, c.cluster.Instances[i], hotID); ok {
+				fenceKey = l.FenceKey
+				return true
+			}
+		}
+		return false
+	}) {
+		ev.Note = "no instance was seen holding the hot lock"
+		return ev
+	}
+
+	if err := replica.Signal(syscall.SIGSTOP); err != nil {
+		ev.Note = "SIGSTOP replica: " + err.Error()
+		return ev
+	}
+	resumed := false
+	defer func() { // never leave the replica stopped
+		if !resumed {
+			_ = replica.Signal(syscall.SIGCONT)
+		}
+	}()
+	ev.mark(start, "replica stopped (SIGSTOP)")
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	killed, err := mc.ClientKillByFilter(cctx, "TYPE", "replica").Result()
+	cut, _ := mc.Get(cctx, fenceKey).Int64() // the replica has at most this token
+	cancel()
+	if err != nil {
+		ev.Note = "CLIENT KILL TYPE replica: " + err.Error()
+		return ev
+	}
+	ev.mark(start, "CLIENT KILL TYPE replica on the master (%d link(s)); the replica has tokens up to %d at most", killed, cut)
+
+	// A holder with a token the replica never saw, stopped while the master still has its lock.
+	var holder *Instance
+	var lock heldLock
+	c.until(ctx, stop, func() bool {
+		for i, a := range c.apis {
+			in := c.cluster.Instances[i]
+			l, ok := c.holds(ctx, a, in, hotID)
+			if !ok || l.Token <= cut {
+				continue
+			}
+			ev.Attempts++
+			if in.Pause() != nil {
+				continue
+			}
+			if c.confirmOn(ctx, mc, l) {
+				holder, lock = in, l
+				return true
+			}
+			_ = in.Resume() // it released between the look-up and the SIGSTOP
+		}
+		return false
+	})
+	if holder == nil {
+		ev.Note = fmt.Sprintf("no holder of item %d's lock with a token above %d was caught (%d tries)", hotID, cut, ev.Attempts)
+		return ev
+	}
+	ev.Paused, ev.Confirmed, ev.Instance, ev.PID, ev.URL = true, true, holder.Index, holder.PID(), holder.URL
+	ev.LockKey, ev.Token = lock.RedisKey, lock.Token
+	ev.PausedAt = ev.mark(start, "instance %d (pid %d) holds %s token %d on the master only: stopped (SIGSTOP)",
+		holder.Index, holder.PID(), lock.Name, lock.Token)
+	defer func() { // never leave the holder stopped
+		if ev.ResumedAt == 0 {
+			_ = holder.Resume()
+			ev.ResumedAt = time.Since(start).Seconds()
+		}
+	}()
+
+	if err := master.Signal(syscall.SIGKILL); err != nil {
+		ev.Note = "SIGKILL master: " + err.Error()
+		return ev
+	}
+	ev.FaultAt = ev.mark(start, "master killed (SIGKILL)")
+	resumed = true
+	if err := replica.Signal(syscall.SIGCONT); err != nil {
+		ev.Note = "SIGCONT replica: " + err.Error()
+		return ev
+	}
+	ev.mark(start, "replica continued (SIGCONT)")
+	if !c.until(ctx, stop, func() bool {
+		actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		addr, err := set.MasterAddr(actx)
+		return err == nil && addr == replica.Addr
+	}) {
+		ev.Note = "the Sentinels did not promote the replica in time"
+		return ev
+	}
+	ev.mark(start, "the Sentinels name the replica %s master", replica.Addr)
+	if c.until(ctx, stop, func() bool {
+		for i, a := range c.apis {
+			if i == holder.Index {
+				continue
+			}
+			if l, ok := c.holds(ctx, a, c.cluster.Instances[i], hotID); ok {
+				ev.NewToken = l.Token
+				ev.mark(start, "instance %d holds %s token %d on the new master", i, l.Name, l.Token)
+				return true
+			}
+		}
+		return false
+	}) {
+		_ = holder.Resume()
+		ev.ResumedAt = ev.mark(start, "stale holder resumed (SIGCONT)")
+	} else {
+		ev.Note = "no other instance took the hot lock on the new master in time"
+	}
+	return ev
+}
+
+// partition cuts the link between the instance holding the hot lock and Redis (a blackhole:
+// nothing is refused, every byte is dropped) for 3x the lease. The holder's watchdog must
+// declare the loss (its lock leaves its /api/debug/locks) before the lease could let another
+// instance in (another instance shows the lock), and the holder's token must write nothing
+// after the loss.
+func (c *chaos) partition(ctx context.Context, stop <-chan struct{}, start time.Time, hotID int64) *ChaosEvent {
+	ev := &ChaosEvent{Mode: "partition"}
+	var holder *Instance
+	var lock heldLock
+	c.until(ctx, stop, func() bool {
+		for i, a := range c.apis {
+			in := c.cluster.Instances[i]
+			l, ok := c.holds(ctx, a, in, hotID)
+			if !ok {
+				continue
+			}
+			ev.Attempts++
+			if c.cluster.Links[i].Blackhole() != nil {
+				continue
+			}
+			if c.confirmOn(ctx, c.rdb, l) {
+				holder, lock = in, l
+				return true
+			}
+			_ = c.cluster.Links[i].Heal() // released between the look-up and the cut
+		}
+		return false
+	})
+	if holder == nil {
+		ev.Note = fmt.Sprintf("no holder of item %d's lock was caught (%d tries)", hotID, ev.Attempts)
+		return ev
+	}
+	link := c.cluster.Links[holder.Index]
+	ev.Confirmed, ev.Instance, ev.PID, ev.URL = true, holder.Index, holder.PID(), holder.URL
+	ev.LockKey, ev.Token = lock.RedisKey, lock.Token
+	ev.FaultAt = ev.mark(start, "instance %d (pid %d) holds %s token %d: its link to Redis black-holed", holder.Index, holder.PID(), lock.Name, lock.Token)
+	ev.PausedAt = ev.FaultAt
+	healAt := time.Now().Add(3 * c.lease)
+	for time.Now().Before(healAt) {
+		if ev.LossAt == 0 {
+			if _, still := c.holdsToken(ctx, c.apis[holder.Index], holder, hotID, lock.Token); !still {
+				ev.LossAt = ev.mark(start, "instance %d dropped token %d (its watchdog declared the loss)", holder.Index, lock.Token)
+			}
+		}
+		if ev.NextAt == 0 {
+			for i, a := range c.apis {
+				if i == holder.Index {
+					continue
+				}
+				if l, ok := c.holds(ctx, a, c.cluster.Instances[i], hotID); ok && l.Token > lock.Token {
+					ev.NewToken = l.Token
+					ev.NextAt = ev.mark(start, "instance %d holds %s token %d", i, l.Name, l.Token)
+				}
+			}
+		}
+		select {
+		case <-stop:
+			healAt = time.Now()
+		case <-ctx.Done():
+			healAt = time.Now()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	_ = link.Heal()
+	ev.ResumedAt = ev.mark(start, "link healed")
+	return ev
+}
+
+// until calls ok every 5ms until it is true (true), or faultWait passes or the run ends (false).
+func (c *chaos) until(ctx context.Context, stop <-chan struct{}, ok func() bool) bool {
+	deadline := time.Now().Add(faultWait)
+	for time.Now().Before(deadline) {
+		if ok() {
+			return true
+		}
+		select {
+		case <-stop:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// holdsToken reports whether instance in still lists the hot lock with token (answered is
+// false when it did not answer: then it is taken as still holding).
+func (c *chaos) holdsToken(ctx context.Context, a *api, in *Instance, itemID, token int64) (answered, still bool) {
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	dl, found, err := a.locks(cctx)
+	if err != nil || !found || dl.PID != in.PID() {
+		return false, true
+	}
+	for _, l := range dl.Locks {
+		if l.ItemID == itemID && l.Token == token {
+			return true, true
+		}
+	}
+	return true, false
+}
+
+// confirmOn checks on rdb that the lock's key exists and its fencing counter is still the
+// lock's token: no one took the lock after the holder.
+func (c *chaos) confirmOn(ctx context.Context, rdb *redis.Client, l heldLock) bool {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	got, err := rdb.Get(cctx, l.FenceKey).Int64()
+	if err != nil || got != l.Token {
+		return false
+	}
+	n, err := rdb.Exists(cctx, l.RedisKey).Result()
+	return err == nil && n == 1
+}
+
+// settle fills in what the answers and the order rows tell about the fault: how long after it
+// selling resumed, how many purchases were refused meanwhile, and what the faulted holder's
+// token wrote.
+func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []order, instances int) {
+	if ev == nil || ev.FaultAt == 0 {
+		return
+	}
+	fault := start.Add(time.Duration(ev.FaultAt * float64(time.Second)))
+	ev.ResumedAfter = -1
+	first := time.Time{}
+	for _, p := range purchases {
+		for _, r := range p.Attempts {
+			if r.Start.Before(fault) {
+				continue
+			}
+			switch {
+			case r.Status == 201:
+				if end := r.Start.Add(r.Latency); first.IsZero() || end.Before(first) {
+					first = end
+				}
+			case r.Status == 200, r.Code == "sold_out", r.Code == "insufficient_stock":
+			default:
+				ev.Refused++
+			}
+		}
+	}
+	if !first.IsZero() {
+		ev.ResumedAfter = first.Sub(fault).Seconds()
+	}
+	if ev.Token == 0 {
+		return
+	}
+	// The holder's own answers: attempt k of a purchase went to instance (Instance+k) mod n
+	// (workload.execute). An order with the holder's token answered by another instance is
+	// the next holder's twin token (the promoted replica issued the same number again).
+	ev.HolderWrote = "nothing"
+	mine := map[int64]bool{}
+	for _, p := range purchases {
+		for k, r := range p.Attempts {
+			if r.Status == 201 && r.Receipt.FenceToken == ev.Token && (p.Instance+k)%instances == ev.Instance {
+				mine[r.Receipt.OrderID] = true
+			}
+		}
+	}
+	twin := false
+	for _, o := range orders {
+		if o.FenceToken != ev.Token {
+			continue
+		}
+		if !mine[o.OrderID] {
+			twin = true
+			continue
+		}
+		at := o.CreatedAt.Sub(fault).Seconds()
+		if ev.LossAt > 0 && o.CreatedAt.After(start.Add(time.Duration(ev.LossAt*float64(time.Second)))) {
+			ev.HolderWrote = fmt.Sprintf("order %d, %.3fs after the fault, AFTER the loss was declared", o.OrderID, at)
+		} else {
+			ev.HolderWrote = fmt.Sprintf("order %d, %.3fs after the fault", o.OrderID, at)
+		}
+	}
+	if twin {
+		ev.HolderWrote += fmt.Sprintf(" (another instance wrote an order with the same token %d: a twin issued by the promoted replica)", ev.Token)
+	}
+}
+
+// faultString describes a failover or partition event.
+func (e *ChaosEvent) faultString() string {
+	var b strings.Builder
+	if e.Token == 0 {
+		b.WriteString("no fault: " + e.Note)
+	} else {
+		fmt.Fprintf(&b, "%s: holder instance %d (pid %d), token %d", e.Mode, e.Instance, e.PID, e.Token)
+		if e.NewToken > 0 {
+			fmt.Fprintf(&b, ", next holder's token %d", e.NewToken)
+		}
+		if e.Mode == "partition" {
+			switch {
+			case e.LossAt > 0 && (e.NextAt == 0 || e.LossAt <= e.NextAt):
+				fmt.Fprintf(&b, "; loss declared %.3fs after the cut, next holder %s", e.LossAt-e.FaultAt, after(e.NextAt, e.FaultAt))
+			case e.LossAt > 0:
+				fmt.Fprintf(&b, "; LOSS DECLARED LATE: %.3fs after the cut, next holder already at %.3fs", e.LossAt-e.FaultAt, e.NextAt-e.FaultAt)
+			default:
+				b.WriteString("; the holder never dropped the lock")
+			}
+		}
+		fmt.Fprintf(&b, "; holder's token wrote: %s", e.HolderWrote)
+		if e.ResumedAfter >= 0 {
+			fmt.Fprintf(&b, "; selling resumed %.2fs after the fault, %d purchase(s) refused meanwhile", e.ResumedAfter, e.Refused)
+		} else {
+			fmt.Fprintf(&b, "; no sale after the fault (%d refused)", e.Refused)
+		}
+		if e.Note != "" {
+			b.WriteString("; " + e.Note)
+		}
+	}
+	for _, m := range e.Timeline {
+		fmt.Fprintf(&b, "\n    %7.3fs  %s", m.At, m.What)
+	}
+	return b.String()
+}
+
+func after(at, from float64) string {
+	if at == 0 {
+		return "not seen during the cut"
+	}
+	return fmt.Sprintf("at %.3fs", at-from)
+}
