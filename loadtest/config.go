@@ -109,6 +109,16 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	if set["duration"] && !set["requests"] {
 		c.Requests = 0
 	}
+	if c.Chaos == "partition" {
+		// The cut must catch the holder in the middle of its work and leave it there past the
+		// lease: a short lease and a work twice as long (the watchdog renews the lease meanwhile).
+		if !set["lease"] {
+			c.Lease = 400 * time.Millisecond
+		}
+		if !set["work"] {
+			c.Work = min(2*c.Lease, time.Second)
+		}
+	}
 	if (c.Chaos == "pause" || c.Chaos == "partition") && !set["duration"] && !set["requests"] {
 		// Long enough for the other instances to sell during the fault and after it.
 		c.Requests, c.Duration = 0, 3*c.Lease+4*time.Second

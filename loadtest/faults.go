@@ -343,7 +343,7 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 			ev.HolderWrote = fmt.Sprintf("order %d, %.3fs after the fault", o.OrderID, at)
 		}
 	}
-	if twin {
+	if twin && ev.Mode == "failover" {
 		ev.HolderWrote += fmt.Sprintf(" (another instance wrote an order with the same token %d: a twin issued by the promoted replica)", ev.Token)
 	}
 }

@@ -168,7 +168,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.Strategies {
 		if s.Chaos != nil {
 			fmt.Fprintf(w, "chaos %s: %s\n", s.Strategy, s.Chaos)
-			if s.Strategy == "lock" && s.Chaos.Confirmed && s.Verdict == VerdictSafe {
+			if s.Strategy == "lock" && s.Chaos.Mode == "pause" && s.Chaos.Confirmed && s.Verdict == VerdictSafe {
 				fmt.Fprintln(w, "  lock stayed SAFE this time: on resume its watchdog declared the loss before the holder's"+
 					" write (a race it wins in some runs); run again to see the stale write oversell")
 			}
