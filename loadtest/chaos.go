@@ -63,6 +63,9 @@ func (e *ChaosEvent) String() string {
 	if e.Note != "" {
 		s += "; " + e.Note
 	}
+	if e.ResumedAfter > 0 {
+		s += fmt.Sprintf("; selling resumed %.2fs after the pause, %d purchase(s) refused meanwhile", e.ResumedAfter, e.Refused)
+	}
 	return s
 }
 

@@ -8,6 +8,9 @@
 //	go run ./loadtest -chaos pause                 # pause the lock holder past its lease
 //	go run ./loadtest -db postgres                 # the instances share a private PostgreSQL
 //	go run ./loadtest -db postgres://u:p@127.0.0.1:5432/shop   # ... or an existing one
+//	go run ./loadtest -chaos failover              # Sentinel failover that loses the hot lock
+//	go run ./loadtest -chaos partition             # black-hole the lock holder's link to Redis
+//	go run ./loadtest -chaos latency               # each strategy with and without 20ms each way
 //	go run ./loadtest -target http://127.0.0.1:8080 -admin-token secret
 //	go run ./loadtest -json report.json -html report.html
 //
