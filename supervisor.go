@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/procutil"
 	"github.com/stockguard/stockguard/inventory"
 )
 
@@ -257,13 +258,7 @@ func (s *supervisor) stop(grace time.Duration) {
 		go func() {
 			defer wg.Done()
 			s.resume(c)
-			_ = c.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-c.done:
-			case <-time.After(grace):
-				_ = c.cmd.Process.Kill()
-				<-c.done
-			}
+			procutil.Stop(c.cmd.Process, c.done, grace)
 		}()
 	}
 	wg.Wait()

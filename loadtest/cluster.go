@@ -17,6 +17,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/netfault"
 	"github.com/stockguard/stockguard/internal/pgproc"
+	"github.com/stockguard/stockguard/internal/procutil"
 	"github.com/stockguard/stockguard/internal/redisproc"
 )
 
@@ -101,13 +102,7 @@ func (in *Instance) stop(grace time.Duration) {
 		return
 	default:
 	}
-	_ = in.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-in.done:
-	case <-time.After(grace):
-		_ = in.cmd.Process.Kill()
-		<-in.done
-	}
+	procutil.Stop(in.cmd.Process, in.done, grace)
 }
 
 // buildStorefront builds the storefront binary (the module at root) into dir.

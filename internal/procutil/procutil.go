@@ -1,13 +1,16 @@
 // Package procutil holds what the helpers that start server processes for this process's own
-// use (internal/redisproc, internal/pgproc) share: a free loopback port and a bounded capture
-// of a child's output.
+// use (internal/redisproc, internal/pgproc, the lab's supervisor, the load test) share: a free
+// loopback port, a bounded capture of a child's output, and stopping a child.
 package procutil
 
 import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
@@ -41,4 +44,23 @@ func (b *LimitedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Stop ends a child process and returns once it has been reaped (exited is closed by the
+// goroutine that waits for it): SIGCONT first, in case it is paused, then SIGTERM, then SIGKILL
+// if it has not exited within grace. grace 0 kills at once.
+func Stop(p *os.Process, exited <-chan struct{}, grace time.Duration) {
+	_ = p.Signal(syscall.SIGCONT)
+	if grace > 0 {
+		_ = p.Signal(syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-exited:
+			return
+		case <-t.C:
+		}
+	}
+	_ = p.Kill()
+	<-exited
 }

@@ -223,16 +223,7 @@ func (s *Server) Kill() { s.stop(0) }
 func (s *Server) stop(grace time.Duration) {
 	s.once.Do(func() {
 		if s.cmd != nil {
-			_ = s.cmd.Process.Signal(syscall.SIGCONT)
-			if grace > 0 {
-				_ = s.cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-s.exited:
-				case <-time.After(grace):
-				}
-			}
-			_ = s.cmd.Process.Kill()
-			<-s.exited
+			procutil.Stop(s.cmd.Process, s.exited, grace)
 			_ = os.RemoveAll(s.dir)
 		}
 		if s.mini != nil {
