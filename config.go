@@ -142,6 +142,8 @@ func (c config) validate() error {
 	switch {
 	case !inventory.ValidStrategy(c.strategy):
 		return fmt.Errorf("unknown strategy %q", c.strategy)
+	case inventory.DemoOnly(c.strategy) && !c.demo:
+		return fmt.Errorf("strategy %q is demo-only (it exists to be seen failing or compared): it needs --demo", c.strategy)
 	case c.lockLease < 100*time.Millisecond:
 		return fmt.Errorf("--lock-lease %s is too short (at least 100ms)", c.lockLease)
 	case c.lockWait <= 0:

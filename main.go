@@ -137,7 +137,11 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Logger:       logger.With("component", "inventory"),
 		Checks:       rb.checks,
 		OnRedisDown:  cfg.onRedisDown,
+		Demo:         cfg.demo,
 		WriteTimeout: cfg.writeTimeout(),
+	}
+	if cfg.demo {
+		icfg.Pitfalls, icfg.Mirror = demoStrategies(cfg, rb.client) // demo.go
 	}
 	if events != nil {
 		stallClient := labStall(&icfg, cfg, events, rb.client, lockOpts(inventory.LockKeyPrefix, "locking-stall"))

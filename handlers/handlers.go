@@ -177,27 +177,6 @@ func (s *server) healthz(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"status": "ok"})
 }
 
-// strategies answers GET /api/strategies: the strategies offered, with description and
-// safety (the lab builds its list from it).
-func (s *server) strategies(c *gin.Context) {
-	infos := s.svc.DescribeStrategies()
-	views := make([]strategyView, len(infos))
-	for i, st := range infos {
-		views[i] = strategyView{Name: st.Name, Description: st.HowIt, Safety: st.Safety, Safe: st.Safe,
-			Default: st.Name == s.defaultStrategy}
-	}
-	c.JSON(http.StatusOK, views)
-}
-
-// strategyView is a strategy as GET /api/strategies shows it.
-type strategyView struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	Safety      string `json:"safety"`
-	Safe        bool   `json:"safe"` // never oversells, even when a lock is lost
-	Default     bool   `json:"default"`
-}
-
 func (s *server) readyz(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
 	defer cancel()

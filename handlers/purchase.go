@@ -22,7 +22,7 @@ const (
 	headerIdempotencyKey = "Idempotency-Key"
 	headerStrategy       = "X-Strategy"
 	headerSimulatedWork  = "X-Simulated-Work"
-	headerFault          = "X-Fault" // demo: "stall", inventory's stall fault
+	headerFault          = "X-Fault" // demo: "stall" (inventory's stall fault) or "crash" (setnx-expire's)
 )
 
 // purchase answers 201 with the receipt of a new order, or 200 with the original receipt when
@@ -65,7 +65,7 @@ func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error
 	if req.Strategy, req.Work, err = s.demoHeaders(c.Request.Header); err != nil {
 		return req, err
 	}
-	if req.Stall, err = s.faultHeader(c.Request.Header); err != nil {
+	if req.Stall, req.Crash, err = s.faultHeader(c.Request.Header); err != nil {
 		return req, err
 	}
 	req.Quantity, err = decodeQuantity(c.Request.Body)
@@ -110,19 +110,25 @@ func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration
 	return strategy, work, nil
 }
 
-// faultHeader reads X-Fault (demo mode only): "stall" asks for the stall fault.
-func (s *server) faultHeader(h http.Header) (bool, error) {
+// faultHeader reads X-Fault (demo mode only): "stall" asks for the stall fault, "crash" for
+// setnx-expire's crash fault (its holder dies between SETNX and EXPIRE).
+func (s *server) faultHeader(h http.Header) (stall, crash bool, err error) {
 	values, ok := h[http.CanonicalHeaderKey(headerFault)]
 	switch {
 	case !ok:
-		return false, nil
+		return false, false, nil
 	case !s.demo:
-		return false, fmt.Errorf("%w: %s is only accepted when the server runs with --demo", inventory.ErrInvalid, headerFault)
-	case len(values) != 1 || values[0] != faultStall:
-		return false, fmt.Errorf("%w: %s must be %q", inventory.ErrInvalid, headerFault, faultStall)
+		return false, false, fmt.Errorf("%w: %s is only accepted when the server runs with --demo", inventory.ErrInvalid, headerFault)
+	case len(values) == 1 && values[0] == faultStall:
+		return true, false, nil
+	case len(values) == 1 && values[0] == faultCrash:
+		return false, true, nil
 	}
-	return true, nil
+	return false, false, fmt.Errorf("%w: %s must be %q or %q", inventory.ErrInvalid, headerFault, faultStall, faultCrash)
 }
+
+// faultCrash is the X-Fault value of setnx-expire's crash fault (faultStall: lab_run.go).
+const faultCrash = "crash"
 
 // decodeQuantity reads the body {"quantity":N} and returns N, a non-negative integer (the
 // service checks its range).

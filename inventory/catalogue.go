@@ -124,6 +124,15 @@ func (s *Service) Reset(ctx context.Context, items []NewItem) error {
 	if err != nil {
 		return s.dbErr(err)
 	}
+	if s.mirror != nil {
+		stocks := make(map[int64]int, len(rows))
+		for _, r := range rows {
+			stocks[r.ID] = r.Stock
+		}
+		if err := s.mirror.Seed(ctx, stocks); err != nil {
+			return fmt.Errorf("%w: the catalogue is reset but its Redis stock mirror is not: %w", ErrUnavailable, err)
+		}
+	}
 	s.log.InfoContext(ctx, "catalogue reset", "items", len(rows))
 	return nil
 }

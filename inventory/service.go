@@ -48,6 +48,14 @@ type Config struct {
 	// watchdog, so the lease runs out during the stall. Default: the fault is refused.
 	StallFor    time.Duration
 	StallLocker Locker
+	// Demo offers the demo-only strategies (demo.go); a production service never does.
+	Demo bool
+	// Pitfalls are the broken locks of the pitfall strategies (package pitfalls), by strategy
+	// name; a missing one answers ErrUnavailable.
+	Pitfalls map[string]Locker
+	// Mirror is the Redis copy of the stock of redis-stock, redis-stock+guard and watch; the
+	// catalogue reset seeds it. nil: they answer ErrUnavailable.
+	Mirror StockMirror
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: longer than the default statement
@@ -64,6 +72,7 @@ type Service struct {
 	checks     []Check
 	onDown     string
 	admission  Admission
+	mirror     StockMirror
 	strategies map[string]strategy
 	names      []string
 	keys       keyed[string] // idempotency keys in flight in this process
@@ -101,13 +110,14 @@ func NewService(cfg Config) (*Service, error) {
 		checks:    cfg.Checks,
 		onDown:    cfg.OnRedisDown,
 		admission: cfg.Admission,
+		mirror:    cfg.Mirror,
 	}
 	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger,
 		obs: cfg.Observer, stallFor: cfg.StallFor, stallLocker: cfg.StallLocker}
 	s.deps = d
 	s.strategies = make(map[string]strategy, len(strategyTable))
 	for _, st := range strategyTable {
-		if st.Redlock && cfg.Redlock == nil {
+		if (st.Redlock && cfg.Redlock == nil) || (st.Demo && !cfg.Demo) {
 			continue
 		}
 		s.strategies[st.Name] = st.build(d, cfg)
@@ -146,6 +156,7 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 		key:         req.IdempotencyKey,
 		fingerprint: fingerprint(req.ItemID, req.Quantity),
 		stall:       req.Stall,
+		crash:       req.Crash,
 	}
 	if p.key == "" {
 		return s.admitAndRun(ctx, st, name, p)
@@ -277,6 +288,9 @@ func (s *Service) validate(req *PurchaseRequest) (strategy, string, error) {
 	}
 	if req.Stall && name == StrategyRedlockGuard {
 		return nil, "", fmt.Errorf("%w: the stall fault is not offered with %s", ErrInvalid, name)
+	}
+	if req.Crash && name != StrategySetnxExpire {
+		return nil, "", fmt.Errorf("%w: the crash fault applies to %s only", ErrInvalid, StrategySetnxExpire)
 	}
 	return st, name, nil
 }

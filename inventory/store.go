@@ -21,6 +21,7 @@ type purchase struct {
 	fingerprint string
 	stall       bool // the demo stall fault (events.go)
 	degraded    bool // sold without the lock, Redis being unavailable (degraded.go)
+	crash       bool // the demo crash fault of setnx-expire
 }
 
 // row is what a strategy reads of an item.

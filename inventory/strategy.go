@@ -24,6 +24,10 @@ type StrategyInfo struct {
 	Safe    bool   // never oversells, even when a lock is lost
 	Safety  string // when it oversells, or why it does not, in one line
 	Redlock bool   // offered only when Config.Redlock is set
+	Demo    bool   // demo only (demo.go): offered only when Config.Demo is set
+	// KeyPrefix is the prefix of the Redis keys of the strategy's own lock or mirror, for the
+	// demo strategies that have one ("" for the others).
+	KeyPrefix string
 
 	build func(d deps, cfg Config) strategy
 }
@@ -46,6 +50,46 @@ var strategyTable = []StrategyInfo{
 	{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Safety: "as lock+guard", Redlock: true,
 		build: func(d deps, cfg Config) strategy {
 			return lockGuard{deps: d, locker: cfg.Redlock, name: StrategyRedlockGuard, onDown: cfg.OnRedisDown}
+		}},
+	// The demo strategies (demo.go): the articles' broken locks, then the lockless alternatives.
+	{Name: StrategySetnxExpire, HowIt: "lock by SETNX, then EXPIRE as a second command; naive inside", Demo: true,
+		Safety:    "a holder that dies between the two leaves a lock with no TTL: the item is blocked until someone deletes the key",
+		KeyPrefix: PitfallKeyPrefix(StrategySetnxExpire),
+		build: func(d deps, cfg Config) strategy {
+			return pitfallLock{d, cfg.Pitfalls[StrategySetnxExpire], StrategySetnxExpire}
+		}},
+	{Name: StrategyDelRelease, HowIt: "lock by SET NX PX (fixed lease), released by a plain DEL; naive inside", Demo: true,
+		Safety:    "oversells: a holder whose lease ran out deletes the next holder's lock, and a third buyer enters beside the second",
+		KeyPrefix: PitfallKeyPrefix(StrategyDelRelease),
+		build: func(d deps, cfg Config) strategy {
+			return pitfallLock{d, cfg.Pitfalls[StrategyDelRelease], StrategyDelRelease}
+		}},
+	{Name: StrategyFixedLease, HowIt: "lock by SET NX PX, owner-checked release, no watchdog; naive inside", Demo: true,
+		Safety:    "oversells when the work outlives the lease: a second holder enters and both write",
+		KeyPrefix: PitfallKeyPrefix(StrategyFixedLease),
+		build: func(d deps, cfg Config) strategy {
+			return pitfallLock{d, cfg.Pitfalls[StrategyFixedLease], StrategyFixedLease}
+		}},
+	{Name: StrategyOptimistic, HowIt: "no lock: read stock and version, work, UPDATE ... WHERE version = ?, retry on conflict", Demo: true, Safe: true,
+		Safety: "safe: a stale write changes nothing and is retried; under contention the retries (and their work) pile up",
+		build:  func(d deps, _ Config) strategy { return optimistic{d} }},
+	{Name: StrategyRedisStock, HowIt: "stock mirrored in Redis, checked and decremented by one Lua script; the order written afterwards", Demo: true,
+		Safety:    "oversells when Redis loses its latest writes (restart from an older snapshot, failover): the mirror sells again what was sold",
+		KeyPrefix: StockKeyPrefix,
+		build: func(d deps, cfg Config) strategy {
+			return redisStock{deps: d, mirror: cfg.Mirror, name: StrategyRedisStock}
+		}},
+	{Name: StrategyRedisStockGuard, HowIt: "redis-stock, then the guarded update decides; refused units go back to Redis", Demo: true, Safe: true,
+		Safety:    "safe: the database has the last word, whatever Redis forgot",
+		KeyPrefix: StockKeyPrefix,
+		build: func(d deps, cfg Config) strategy {
+			return redisStock{deps: d, mirror: cfg.Mirror, name: StrategyRedisStockGuard, guard: true}
+		}},
+	{Name: StrategyWatch, HowIt: "WATCH/MULTI/EXEC on the mirrored stock, retried on abort; the order written afterwards", Demo: true,
+		Safety:    "safe on the mirror; oversells as redis-stock when Redis loses its latest writes",
+		KeyPrefix: StockKeyPrefix,
+		build: func(d deps, cfg Config) strategy {
+			return redisStock{deps: d, mirror: cfg.Mirror, name: StrategyWatch, watch: true}
 		}},
 }
 

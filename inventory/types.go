@@ -39,6 +39,10 @@ type PurchaseRequest struct {
 	// write, for Config.StallFor, with a lock that is not renewed. Refused with ErrInvalid
 	// when the service has no StallFor.
 	Stall bool
+	// Crash asks for the demo crash fault of setnx-expire: the lock's holder dies between its
+	// SETNX and its EXPIRE (the purchase fails with ErrUnavailable and never releases). Refused
+	// with ErrInvalid for every other strategy.
+	Crash bool
 }
 
 // Receipt is the result of a successful purchase, or of an idempotent replay of one.
@@ -50,7 +54,10 @@ type Receipt struct {
 	FenceToken int64  `json:"fence_token"`
 	Strategy   string `json:"strategy"`
 	Degraded   bool   `json:"degraded,omitempty"` // sold by the guard alone, Redis being down (fence_token 0)
-	Replayed   bool   `json:"-"`                  // true when an earlier order with the same key was returned
+	// Retries counts the version conflicts (optimistic) or aborted transactions (watch) the
+	// purchase went through before it succeeded.
+	Retries  int  `json:"retries,omitempty"`
+	Replayed bool `json:"-"` // true when an earlier order with the same key was returned
 }
 
 // OrderQuery selects orders for verification, ascending by id.

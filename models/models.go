@@ -7,7 +7,8 @@ package models
 import "time"
 
 // Item is one product and its stock. Stock never goes below zero: the inventory service's
-// conditional update is the guard; FenceToken is the highest lock fencing token that has
+// conditional update is the guard (only the demo strategies redis-stock and watch write without
+// it, to show what Redis alone lets through); FenceToken is the highest lock fencing token that has
 // written this row, so a stale lock holder's write can be refused.
 type Item struct {
 	ID           int64  `gorm:"primaryKey"`
@@ -17,8 +18,11 @@ type Item struct {
 	Stock        int    `gorm:"not null"`
 	InitialStock int    `gorm:"not null"`
 	FenceToken   int64  `gorm:"not null;default:0"`
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Version is bumped by every write of the demo strategy optimistic, whose
+	// compare-and-set (UPDATE ... WHERE version = ?) it is.
+	Version   int64 `gorm:"not null;default:0"`
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Order is one successful purchase. It is written in the same transaction as the stock update

@@ -1,0 +1,223 @@
+// Package pitfalls holds the broken Redis locks that the distributed-locking articles walk
+// through before the right one, and the Redis stock mirror of the lockless demo strategies.
+// The storefront wires them only with --demo: they exist to be seen failing next to their
+// fixes (the load test's -scenario pitfalls). Package locking stays the correct lock only.
+//
+// Each lock implements inventory's Locker port with its own key prefix
+// (inventory.PitfallKeyPrefix), so its keys never collide with the real lock's:
+//
+//   - SetnxExpire acquires with SETNX and then EXPIRE, two commands: a holder that dies between
+//     them (the injected crash, inventory.CrashInjected) leaves a key with no TTL.
+//   - DelRelease acquires with SET NX PX and releases with a plain DEL: a holder whose lease
+//     ran out deletes the next holder's lock.
+//   - FixedLease acquires with SET NX PX and releases with an owner-checked compare-and-delete,
+//     but has no watchdog and no loss detection: work longer than the lease runs beside the
+//     next holder.
+//
+// None of them notices a loss: Held.Context ends only on Release.
+package pitfalls
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockguard/stockguard/inventory"
+)
+
+// Options configure a pitfall lock. Lease and Wait are required.
+type Options struct {
+	KeyPrefix string        // e.g. inventory.PitfallKeyPrefix(inventory.StrategyFixedLease)
+	Lease     time.Duration // the fixed lease (no renewal)
+	Wait      time.Duration // longest wait for a held lock
+	Poll      time.Duration // interval between attempts while waiting; default 5ms
+}
+
+// kind is how one of the broken locks acquires and releases.
+type kind int
+
+const (
+	kindSetnxExpire kind = iota
+	kindDelRelease
+	kindFixedLease
+)
+
+// Locker is one of the broken locks; it implements inventory.Locker.
+type Locker struct {
+	rdb  redis.UniversalClient
+	opts Options
+	kind kind
+}
+
+var _ inventory.Locker = (*Locker)(nil)
+
+// NewSetnxExpire returns the lock that sets its key with SETNX and its lease with a second
+// command, EXPIRE; its release is owner-checked. With inventory.CrashInjected(ctx), Obtain
+// "dies" after the SETNX: no EXPIRE, no release, an error wrapping inventory.ErrUnavailable.
+func NewSetnxExpire(rdb redis.UniversalClient, o Options) *Locker {
+	return newLocker(rdb, o, kindSetnxExpire)
+}
+
+// NewDelRelease returns the lock acquired with SET NX PX (one fixed lease) and released with a
+// plain DEL, which deletes whoever's lock is there.
+func NewDelRelease(rdb redis.UniversalClient, o Options) *Locker {
+	return newLocker(rdb, o, kindDelRelease)
+}
+
+// NewFixedLease returns the lock acquired with SET NX PX and released with an owner-checked
+// compare-and-delete: correct but for the lease, which is fixed (no watchdog) and whose end
+// nobody notices.
+func NewFixedLease(rdb redis.UniversalClient, o Options) *Locker {
+	return newLocker(rdb, o, kindFixedLease)
+}
+
+func newLocker(rdb redis.UniversalClient, o Options, k kind) *Locker {
+	if o.Poll <= 0 {
+		o.Poll = 5 * time.Millisecond
+	}
+	return &Locker{rdb: rdb, opts: o, kind: k}
+}
+
+// Key returns the Redis key of the lock named name; the fencing counter is Key(name)+":fence".
+func (l *Locker) Key(name string) string { return l.opts.KeyPrefix + "{" + name + "}" }
+
+// nextToken issues the next fencing token of a lock, above floor.
+var nextToken = redis.NewScript(`
+local t = redis.call('INCR', KEYS[1])
+local floor = tonumber(ARGV[1])
+if t <= floor then
+  t = floor + 1
+  redis.call('SET', KEYS[1], t)
+end
+return t`)
+
+// Obtain polls for the lock until it is free, Options.Wait has passed or ctx ends.
+func (l *Locker) Obtain(ctx context.Context, name string, floor int64) (inventory.Held, error) {
+	key := l.Key(name)
+	owner := randomOwner()
+	deadline := time.Now().Add(l.opts.Wait)
+	for {
+		ok, err := l.try(ctx, key, owner)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %s: %w", inventory.ErrLockTimeout, key, ctx.Err())
+			}
+			return nil, fmt.Errorf("%w: pitfall lock %s: %w", inventory.ErrUnavailable, key, err)
+		}
+		if ok {
+			break
+		}
+		if !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("%w: %s still held after %s", inventory.ErrLockTimeout, key, l.opts.Wait)
+		}
+		t := time.NewTimer(l.opts.Poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w: %s: %w", inventory.ErrLockTimeout, key, ctx.Err())
+		case <-t.C:
+		}
+	}
+	if l.kind == kindSetnxExpire {
+		if inventory.CrashInjected(ctx) {
+			// The holder dies here: its EXPIRE is never sent and it never releases.
+			return nil, fmt.Errorf("%w: injected crash: the holder of %s died between SETNX and EXPIRE; the key has no TTL", inventory.ErrUnavailable, key)
+		}
+		if err := l.rdb.PExpire(context.WithoutCancel(ctx), key, l.opts.Lease).Err(); err != nil {
+			return nil, fmt.Errorf("%w: pitfall lock %s: EXPIRE: %w", inventory.ErrUnavailable, key, err)
+		}
+	}
+	token, err := nextToken.Run(context.WithoutCancel(ctx), l.rdb, []string{key + ":fence"}, floor).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("%w: pitfall lock %s: token: %w", inventory.ErrUnavailable, key, err)
+	}
+	return &held{l: l, key: key, owner: owner, token: token}, nil
+}
+
+// try makes one attempt: SETNX for setnx-expire, SET NX PX for the others.
+func (l *Locker) try(ctx context.Context, key, owner string) (bool, error) {
+	if l.kind == kindSetnxExpire {
+		return l.rdb.SetNX(ctx, key, owner, 0).Result() // SETNX: no TTL yet
+	}
+	return l.rdb.SetNX(ctx, key, owner, l.opts.Lease).Result() // SET key owner NX PX lease
+}
+
+// compareAndDelete deletes KEYS[1] only when it still holds ARGV[1].
+var compareAndDelete = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+// ErrNotHeld is returned by Release when the lock was no longer there (DelRelease) or no
+// longer ours (the others): its lease ran out.
+var ErrNotHeld = errors.New("pitfalls: lock not held at release (its lease ran out)")
+
+// held is one obtained pitfall lock.
+type held struct {
+	l     *Locker
+	key   string
+	owner string
+	token int64
+
+	mu       sync.Mutex
+	released bool
+	cancels  []context.CancelFunc
+}
+
+func (h *held) Token() int64 { return h.token }
+
+// Context ends only when the lock is released: a pitfall lock never notices that it was lost.
+func (h *held) Context(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancel(parent)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		cancel()
+	} else {
+		h.cancels = append(h.cancels, cancel)
+	}
+	return ctx
+}
+
+// Release deletes the key: with a plain DEL for DelRelease, owner-checked for the others.
+func (h *held) Release(ctx context.Context) error {
+	h.mu.Lock()
+	if h.released {
+		h.mu.Unlock()
+		return ErrNotHeld
+	}
+	h.released = true
+	for _, c := range h.cancels {
+		c()
+	}
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var n int64
+	var err error
+	if h.l.kind == kindDelRelease {
+		n, err = h.l.rdb.Del(ctx, h.key).Result()
+	} else {
+		n, err = compareAndDelete.Run(ctx, h.l.rdb, []string{h.key}, h.owner).Int64()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: pitfall lock %s: release: %w", inventory.ErrUnavailable, h.key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s", ErrNotHeld, h.key)
+	}
+	return nil
+}
+
+func randomOwner() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
