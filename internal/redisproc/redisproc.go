@@ -75,6 +75,26 @@ func StartChild(path string, port int) (*Server, error) {
 // "--sentinel"); extra are further command-line options, after the defaults. A "%d" in conf
 // or extra is replaced by the server's port, "%s" in conf by its directory.
 func StartChildWith(path string, port int, conf string, extra ...string) (*Server, error) {
+	return StartChildOpts(path, port, ChildOptions{Conf: conf, Extra: extra})
+}
+
+// ChildOptions change how StartChildOpts starts a redis-server.
+type ChildOptions struct {
+	// Conf and Extra: as StartChildWith's conf and extra.
+	Conf  string
+	Extra []string
+	// Dir, when set, is the server's working directory, where SAVE and BGSAVE write the RDB
+	// file and where a start loads it from. It is kept when the server stops (a new server
+	// started with the same Dir restarts from the last snapshot). Default: a temporary
+	// directory removed on stop.
+	Dir string
+	// DBFilename is the RDB file's name in Dir; default "dump.rdb".
+	DBFilename string
+}
+
+// StartChildOpts is StartChild with options. Automatic snapshots stay off (no save points, no
+// AOF) either way: only an explicit SAVE or BGSAVE writes the RDB file.
+func StartChildOpts(path string, port int, o ChildOptions) (*Server, error) {
 	attempts := 1
 	if port == 0 {
 		attempts = 5 // a probed free port may be taken before redis-server binds it
@@ -88,44 +108,56 @@ func StartChildWith(path string, port int, conf string, extra ...string) (*Serve
 			}
 		}
 		var s *Server
-		if s, err = startChild(path, p, conf, extra); err == nil {
+		if s, err = startChild(path, p, o); err == nil {
 			return s, nil
 		}
 	}
 	return nil, err
 }
 
-func startChild(path string, port int, conf string, extra []string) (*Server, error) {
-	dir, err := os.MkdirTemp("", "redisproc-*")
-	if err != nil {
-		return nil, fmt.Errorf("redisproc: temp dir: %w", err)
+func startChild(path string, port int, o ChildOptions) (*Server, error) {
+	dir, tmp := o.Dir, ""
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "redisproc-*"); err != nil {
+			return nil, fmt.Errorf("redisproc: temp dir: %w", err)
+		}
+		tmp = dir
+	}
+	removeTmp := func() {
+		if tmp != "" {
+			_ = os.RemoveAll(tmp)
+		}
+	}
+	if o.DBFilename == "" {
+		o.DBFilename = "dump.rdb"
 	}
 	out := &procutil.LimitedBuffer{Max: 4 << 10}
 	var args []string
-	if conf != "" {
+	if o.Conf != "" {
 		file := filepath.Join(dir, "redis.conf")
-		text := strings.ReplaceAll(strings.ReplaceAll(conf, "%d", strconv.Itoa(port)), "%s", dir)
+		text := strings.ReplaceAll(strings.ReplaceAll(o.Conf, "%d", strconv.Itoa(port)), "%s", dir)
 		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
-			_ = os.RemoveAll(dir)
+			removeTmp()
 			return nil, fmt.Errorf("redisproc: write config: %w", err)
 		}
 		args = append(args, file)
 	}
 	args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
-		"--save", "", "--appendonly", "no", "--dir", dir,
+		"--save", "", "--appendonly", "no", "--dir", dir, "--dbfilename", o.DBFilename,
 		"--daemonize", "no", "--loglevel", "warning", "--logfile", "")
-	for _, a := range extra {
+	for _, a := range o.Extra {
 		args = append(args, strings.ReplaceAll(a, "%d", strconv.Itoa(port)))
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
+		removeTmp()
 		return nil, fmt.Errorf("redisproc: start %s: %w", path, err)
 	}
 	s := &Server{Kind: KindChild, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		PID: cmd.Process.Pid, cmd: cmd, dir: dir, exited: make(chan struct{}), out: out}
+		PID: cmd.Process.Pid, cmd: cmd, dir: tmp, exited: make(chan struct{}), out: out}
 	go func() { _ = cmd.Wait(); close(s.exited) }() // owner: s; Close waits for it
 	if err := s.waitReady(readyLimit); err != nil {
 		s.Kill()
@@ -224,7 +256,9 @@ func (s *Server) stop(grace time.Duration) {
 	s.once.Do(func() {
 		if s.cmd != nil {
 			procutil.Stop(s.cmd.Process, s.exited, grace)
-			_ = os.RemoveAll(s.dir)
+			if s.dir != "" { // a temporary directory; a kept ChildOptions.Dir stays
+				_ = os.RemoveAll(s.dir)
+			}
 		}
 		if s.mini != nil {
 			close(s.tick)

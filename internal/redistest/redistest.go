@@ -30,6 +30,7 @@ type Server struct {
 	mu     sync.Mutex
 	port   int
 	path   string
+	opts   redisproc.ChildOptions
 	proc   *redisproc.Server // nil while stopped
 	paused bool
 }
@@ -46,6 +47,25 @@ func New() (*Server, error) {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
 	return &Server{port: portOf(proc.Addr), path: path, proc: proc}, nil
+}
+
+// StartIn starts a redis-server for tb whose RDB snapshots (SAVE, BGSAVE) go to dir/dump.rdb,
+// and stops it when tb ends. Restart then starts a server that loads the last snapshot: what
+// a Redis restarted after a crash remembers.
+func StartIn(tb testing.TB, dir string) *Server {
+	tb.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(ErrNoRedisServer)
+	}
+	opts := redisproc.ChildOptions{Dir: dir}
+	proc, err := redisproc.StartChildOpts(path, 0, opts)
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	s := &Server{port: portOf(proc.Addr), path: path, opts: opts, proc: proc}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // Start starts a redis-server for tb and stops it when tb ends. It fails tb if redis-server is
@@ -102,7 +122,8 @@ func (s *Server) stopLocked() {
 	}
 }
 
-// Restart stops the server if it runs and starts a fresh, empty one on the same port.
+// Restart stops the server if it runs (SIGKILL: nothing is saved) and starts a fresh one on
+// the same port: empty, or, for a server of StartIn, loaded from its last snapshot.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	s.mu.Lock()
@@ -110,7 +131,7 @@ func (s *Server) Restart(tb testing.TB) {
 	s.stopLocked()
 	var err error
 	for attempt := 0; attempt < 50; attempt++ { // the old socket may linger briefly
-		if s.proc, err = redisproc.StartChild(s.path, s.port); err == nil {
+		if s.proc, err = redisproc.StartChildOpts(s.path, s.port, s.opts); err == nil {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
