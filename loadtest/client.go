@@ -163,6 +163,7 @@ type receipt struct {
 	Remaining  int    `json:"remaining"`
 	FenceToken int64  `json:"fence_token"`
 	Strategy   string `json:"strategy"`
+	Retries    int    `json:"retries"` // version conflicts or aborted transactions (optimistic, watch)
 }
 
 // debugLocks is the body of the demo-mode GET /api/debug/locks: the locks an instance holds,
@@ -244,6 +245,7 @@ type purchaseReq struct {
 	Key      string
 	Strategy string        // "" sends no X-Strategy header
 	Work     time.Duration // 0 sends no X-Simulated-Work header
+	Fault    string        // "" sends no X-Fault header
 }
 
 // purchaseResult is the outcome of one attempt: Status 0 means no HTTP answer (Err says why).
@@ -263,6 +265,9 @@ func (a *api) purchase(ctx context.Context, p purchaseReq) purchaseResult {
 	}
 	if p.Work > 0 {
 		h.Set("X-Simulated-Work", p.Work.String())
+	}
+	if p.Fault != "" {
+		h.Set("X-Fault", p.Fault)
 	}
 	start := time.Now()
 	var r purchaseResult

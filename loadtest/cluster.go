@@ -27,6 +27,8 @@ type ClusterConfig struct {
 	Instances int           // number of storefront processes
 	Lease     time.Duration // --lock-lease for every instance; 0 keeps the server default
 	DB        string        // "sqlite" (or ""), "postgres" (a private server) or a postgres:// URL
+	Args      []string      // more flags for every instance
+	RedisDir  string        // a redis-server (required) whose snapshots go there; "" for none
 	Log       io.Writer     // where progress lines go (may be nil)
 	// Redis is the Redis topology: "" one redis-server (or miniredis); TopologySentinel a
 	// master, a replica and three Sentinels, the instances connecting through Sentinel;
@@ -53,6 +55,12 @@ type Cluster struct {
 	DB         string                 // "sqlite", "postgres" (private server) or "postgres (url)"
 	Postgres   *pgproc.Server         // the private PostgreSQL server; nil otherwise
 	Instances  []*Instance
+
+	bin      string
+	args     []string
+	redisURL func(i int) string // --redis of instance i
+	mu       sync.Mutex
+	more     []*Instance // started by StartInstance
 }
 
 // Instance is one storefront child process.
@@ -68,6 +76,12 @@ type Instance struct {
 
 // PID returns the process id of the instance.
 func (in *Instance) PID() int { return in.cmd.Process.Pid }
+
+// Kill ends the process at once with SIGKILL, as a crash would: it releases nothing.
+func (in *Instance) Kill() {
+	_ = in.cmd.Process.Kill()
+	<-in.done
+}
 
 // Pause stops the process with SIGSTOP.
 func (in *Instance) Pause() error {
@@ -181,6 +195,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 		}
 	}
 	redisURL, err := c.startRedis(cfg)
+	c.redisURL = redisURL
 	if err != nil {
 		return c, err
 	}
@@ -193,6 +208,8 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	if cfg.Lease > 0 {
 		args = append(args, "--lock-lease", cfg.Lease.String())
 	}
+	args = append(args, cfg.Args...)
+	c.bin, c.args = bin, args
 	for i := 0; i < cfg.Instances; i++ {
 		in, err := startInstance(bin, append(args, "--redis", redisURL(i)), i, dir)
 		if err != nil {
@@ -238,7 +255,7 @@ func (c *Cluster) startRedis(cfg ClusterConfig) (func(i int) string, error) {
 		return func(int) string { return url }, nil
 	}
 	var err error
-	if c.Redis, err = startRedis(); err != nil {
+	if c.Redis, err = startRedis(cfg.RedisDir); err != nil {
 		return nil, err
 	}
 	logf("redis: %s at %s", c.Redis.Kind, c.Redis.URL)
@@ -265,10 +282,33 @@ func (c *Cluster) URLs() []string {
 	return urls
 }
 
+// StartInstance starts one more storefront process like the others (not in Instances) and
+// waits until it is ready; Close stops it too.
+func (c *Cluster) StartInstance(ctx context.Context) (*Instance, error) {
+	c.mu.Lock()
+	idx := len(c.Instances) + len(c.more)
+	// Proxied: through instance 0's link (StartInstance is not used with the chaos proxies).
+	in, err := startInstance(c.bin, append(c.args[:len(c.args):len(c.args)], "--redis", c.redisURL(0)), idx, c.Dir)
+	if err == nil {
+		c.more = append(c.more, in)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := in.waitListening(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return in, in.waitReady(ctx, 30*time.Second)
+}
+
 // Close stops every instance (concurrently), then Redis, and removes the temporary directory.
 func (c *Cluster) Close() {
 	var wg sync.WaitGroup
-	for _, in := range c.Instances {
+	c.mu.Lock()
+	all := append(append([]*Instance(nil), c.Instances...), c.more...)
+	c.mu.Unlock()
+	for _, in := range all {
 		wg.Add(1)
 		go func() { defer wg.Done(); in.stop(5 * time.Second) }()
 	}

@@ -44,6 +44,7 @@ type Config struct {
 	JSONFile    string        // write the JSON report there
 	HTMLFile    string        // write the HTML report there
 	Quiet       bool          // no progress output
+	Scenario    string        // "" (the strategy comparison) or "pitfalls" (pitfalls.go)
 }
 
 // maxPurchases bounds a duration-only run.
@@ -92,6 +93,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.JSONFile, "json", "", "write the full report as JSON to this file")
 	fs.StringVar(&c.HTMLFile, "html", "", "write an HTML report with charts (works offline) to this file")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress output")
+	fs.StringVar(&c.Scenario, "scenario", "", `"pitfalls": every broken lock and lockless alternative of the articles next to its fix, scripted`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -210,6 +212,10 @@ func (c *Config) validate() error {
 		return usageErr("-timeout must be 100ms..10m, got %s", c.Timeout)
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
+	case c.Scenario != "" && c.Scenario != "pitfalls":
+		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
+	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.Chaos != ""):
+		return usageErr("-scenario pitfalls starts its own processes and Redis (no -target, no -chaos)")
 	}
 	if c.Chaos == "none" {
 		c.Chaos = ""

@@ -13,6 +13,7 @@
 //	go run ./loadtest -chaos latency               # each strategy with and without 20ms each way
 //	go run ./loadtest -target http://127.0.0.1:8080 -admin-token secret
 //	go run ./loadtest -json report.json -html report.html
+//	go run ./loadtest -scenario pitfalls           # every broken lock next to its fix
 //
 // Exit status: 0 when every strategy docs/DESIGN.md §12 calls safe kept the invariants, 1 when one broke
 // them, 2 on bad flags, unreachable targets or another error, 130 when interrupted.
@@ -20,6 +21,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +29,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -47,6 +51,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var logw io.Writer = stderr
+	if cfg.Scenario == "pitfalls" {
+		return mainPitfalls(ctx, cfg, stdout, stderr)
+	}
 	rep, err := Run(ctx, cfg, logw)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -83,4 +90,33 @@ func oneLine(s string) string {
 		}
 	}
 	return s
+}
+
+// mainPitfalls runs -scenario pitfalls: exit 1 when a pitfall did not show its failure or a fix
+// broke an invariant.
+func mainPitfalls(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
+	redis.SetLogger(quietRedis{})
+	rows, err := RunPitfalls(ctx, cfg, stderr)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "loadtest: interrupted; every process it started is stopped")
+			return 130
+		}
+		fmt.Fprintln(stderr, "loadtest: pitfalls:", oneLine(err.Error()))
+		return 2
+	}
+	fmt.Fprintln(stdout)
+	code := writePitfalls(stdout, rows)
+	if cfg.JSONFile != "" {
+		b, _ := json.MarshalIndent(map[string]any{"scenario": "pitfalls", "lease_ms": ms(pitfallLease),
+			"lock_wait_ms": ms(pitfallWait), "rows": rows, "exit_code": code}, "", "  ")
+		if err := os.WriteFile(cfg.JSONFile, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(stderr, "loadtest: write JSON report:", err)
+			return 2
+		}
+	}
+	if code != 0 {
+		fmt.Fprintln(stderr, "loadtest: FAIL: a pitfall did not show its failure, or a fix broke an invariant (rows marked UNEXPECTED)")
+	}
+	return code
 }

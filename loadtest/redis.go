@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"net"
 	"os/exec"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,23 +21,53 @@ type redisServer struct {
 	Addr string
 	PID  int // redis-server child; 0 for miniredis
 
-	srv *redisproc.Server
+	path string
+	opts redisproc.ChildOptions
+	srv  *redisproc.Server
 }
 
-func startRedis() (*redisServer, error) {
+// startRedis starts the run's Redis. With dir it must be a redis-server, whose SAVE and BGSAVE
+// write dir/dump.rdb and which RestartFromSnapshot restarts from it.
+func startRedis(dir string) (*redisServer, error) {
 	var (
 		srv *redisproc.Server
 		err error
 	)
-	if path, lerr := exec.LookPath("redis-server"); lerr == nil {
-		srv, err = redisproc.StartChild(path, 0)
-	} else {
+	path, lerr := exec.LookPath("redis-server")
+	opts := redisproc.ChildOptions{Dir: dir}
+	switch {
+	case lerr == nil:
+		srv, err = redisproc.StartChildOpts(path, 0, opts)
+	case dir != "":
+		return nil, errors.New("this scenario restarts Redis from a snapshot: it needs redis-server on PATH (apt-get install redis-server)")
+	default:
 		srv, err = redisproc.StartMemory()
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &redisServer{Kind: srv.Kind, URL: srv.URL(), Addr: srv.Addr, PID: srv.PID, srv: srv}, nil
+	return &redisServer{Kind: srv.Kind, URL: srv.URL(), Addr: srv.Addr, PID: srv.PID, path: path, opts: opts, srv: srv}, nil
+}
+
+// RestartFromSnapshot kills the redis-server (SIGKILL: nothing saved) and starts a new one on
+// the same port and directory, which loads the last snapshot: what a crashed Redis remembers.
+func (s *redisServer) RestartFromSnapshot() error {
+	if s.opts.Dir == "" {
+		return errors.New("restart from snapshot: Redis was not started with a directory")
+	}
+	s.srv.Kill()
+	_, port, _ := net.SplitHostPort(s.Addr)
+	p, _ := strconv.Atoi(port)
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the old socket may linger briefly
+		var srv *redisproc.Server
+		if srv, err = redisproc.StartChildOpts(s.path, p, s.opts); err == nil {
+			s.srv, s.PID = srv, srv.PID
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("restart redis-server on %s: %w", s.Addr, err)
 }
 
 // Client returns a go-redis client for s (the chaos mode reads the lock keys with it).
