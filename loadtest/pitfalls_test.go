@@ -1,0 +1,38 @@
+package main
+
+import (
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPitfallsScenario runs -scenario pitfalls end to end (real storefront processes, a real
+// redis-server restarted from its snapshot): every pitfall shows its failure and every fix
+// holds, in the order of the table.
+func TestPitfallsScenario(t *testing.T) {
+	needStorefront(t)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not on PATH (make test installs it)")
+	}
+	cfg := Config{Bin: storefrontBin, Instances: 3, Timeout: 10 * time.Second, Quiet: true}
+	rows, err := RunPitfalls(t.Context(), cfg, tlog{t})
+	require.NoError(t, err)
+	want := []struct{ strategy, verdict string }{
+		{"setnx-expire", "BLOCKED"}, {"lock", VerdictSafe},
+		{"del-release", VerdictOversold}, {"fixed-lease", VerdictSafe},
+		{"fixed-lease", VerdictOversold}, {"lock", VerdictSafe}, {"lock+guard", VerdictSafe},
+		{"optimistic", VerdictSafe},
+		{"redis-stock", VerdictOversold}, {"watch", VerdictOversold}, {"redis-stock+guard", VerdictSafe},
+	}
+	require.Len(t, rows, len(want))
+	for i, w := range want {
+		assert.Equal(t, w.strategy, rows[i].Strategy, "row %d", i)
+		assert.Equal(t, w.verdict, rows[i].Verdict, "row %d (%s, %s): %s", i, rows[i].Case, rows[i].Strategy, rows[i].Detail)
+		assert.True(t, rows[i].OK, "row %d", i)
+		assert.NotEmpty(t, rows[i].Lesson)
+	}
+	assert.Equal(t, 0, writePitfalls(tlog{t}, rows))
+}
