@@ -69,7 +69,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = models.Close(db) })
 	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
-	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard}
+	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Demo: opts.demo}
 	hooks := locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix))
 	if opts.demo {
 		e.events = handlers.NewEvents(opts.lease)
