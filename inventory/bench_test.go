@@ -9,18 +9,22 @@ import (
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
+	"github.com/stockguard/stockguard/pitfalls"
 )
 
 // BenchmarkPurchase measures purchases per second of each strategy, with no simulated work,
 // on one hot item and spread over ten items, from 4×GOMAXPROCS concurrent buyers in one
 // process (real redis-server), on each backend in the same run: an SQLite file, and the
 // package's private PostgreSQL server (loopback TCP, fsync off, commits written to the kernel:
-// the durability of SQLite's synchronous=NORMAL).
+// the durability of SQLite's synchronous=NORMAL). Next to lock+guard it measures what a user
+// would pick for a hot item instead (demo strategies, issue 14): the flash-sale pattern
+// redis-stock with and without the guard, and the lockless optimistic.
 func BenchmarkPurchase(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, be := range backends {
 		for _, name := range []string{inventory.StrategyNaive, inventory.StrategyLocal, inventory.StrategyLock,
-			inventory.StrategyGuard, inventory.StrategyLockGuard} {
+			inventory.StrategyGuard, inventory.StrategyLockGuard,
+			inventory.StrategyRedisStock, inventory.StrategyRedisStockGuard, inventory.StrategyOptimistic} {
 			for _, items := range []int{1, 10} {
 				benchPurchase(b, be, srv, name, items)
 			}
@@ -31,7 +35,16 @@ func BenchmarkPurchase(b *testing.B) {
 func benchPurchase(b *testing.B, be backend, srv *redistest.Server, name string, items int) {
 	b.Run(fmt.Sprintf("%s/%s/items=%d", be.name, name, items), func(b *testing.B) {
 		db, _ := openDB(b, be)
-		s, _ := lockService(b, db, srv, locking.Options{}, nil)
+		var s *inventory.Service
+		if inventory.DemoOnly(name) {
+			rdb := warmClient(b, srv)
+			lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix})
+			b.Cleanup(func() { _ = lc.Close() })
+			s = newService(b, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Demo: true,
+				Mirror: pitfalls.NewMirror(rdb, inventory.StockKeyPrefix)})
+		} else {
+			s, _ = lockService(b, db, srv, locking.Options{}, nil)
+		}
 		stocks := make([]int, items)
 		for i := range stocks {
 			stocks[i] = 1 << 30
