@@ -3,6 +3,7 @@ package pitfalls_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/stockguard/stockguard/internal/pgtest"
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/models"
@@ -24,10 +26,39 @@ const (
 	wait  = time.Second
 )
 
-func openDB(t testing.TB) (*gorm.DB, string) {
+// pg is this package's PostgreSQL server (one per package, started on first use).
+var pg pgtest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pg.Close()
+	os.Exit(code)
+}
+
+// backend is one database engine the tests run against: dsn returns a fresh, empty database.
+type backend struct {
+	name string
+	dsn  func(t testing.TB) string
+}
+
+var (
+	sqliteBackend = backend{"sqlite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "pitfalls.db") }}
+	backends      = []backend{sqliteBackend, {"postgres", func(t testing.TB) string { return pg.Database(t) }}}
+)
+
+// forEachBackend runs test once per backend, as subtests named after the backend: every
+// strategy, the demo ones too, works on SQLite and PostgreSQL.
+func forEachBackend(t *testing.T, test func(t *testing.T, be backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { test(t, b) })
+	}
+}
+
+// openDB opens a fresh database of backend be; the returned dsn opens it again.
+func openDB(t testing.TB, be backend) (*gorm.DB, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "pitfalls.db")
-	return openPath(t, path), path
+	dsn := be.dsn(t)
+	return openPath(t, dsn), dsn
 }
 
 func openPath(t testing.TB, path string) *gorm.DB {

@@ -35,6 +35,10 @@ func sellN(t *testing.T, s *inventory.Service, id int64, strategy string, n int)
 // redis-stock+guard sells the 3 that are left, refuses the rest at the database and gives
 // the refused units back to the mirror.
 func TestRedisStockRestartFromSnapshot(t *testing.T) {
+	forEachBackend(t, testRedisStockRestartFromSnapshot)
+}
+
+func testRedisStockRestartFromSnapshot(t *testing.T, be backend) {
 	for _, tc := range []struct {
 		strategy string
 		oversold int
@@ -46,7 +50,7 @@ func TestRedisStockRestartFromSnapshot(t *testing.T) {
 		t.Run(tc.strategy, func(t *testing.T) {
 			srv := redistest.StartIn(t, t.TempDir())
 			rdb := srv.Client(t)
-			db, _ := openDB(t)
+			db, _ := openDB(t, be)
 			s := newService(t, demoConfig(db, rdb))
 			id := resetItem(t, s, 10)
 			ctx := t.Context()
@@ -80,10 +84,14 @@ func TestRedisStockRestartFromSnapshot(t *testing.T) {
 // processes' worth of connection pools) sell exactly the stock, and watch's aborted
 // transactions are retried and counted.
 func TestMirrorStrategiesSafeWithoutLoss(t *testing.T) {
+	forEachBackend(t, testMirrorStrategiesSafeWithoutLoss)
+}
+
+func testMirrorStrategiesSafeWithoutLoss(t *testing.T, be backend) {
 	_, rdb := redisServer(t)
 	for _, strategy := range []string{inventory.StrategyRedisStock, inventory.StrategyRedisStockGuard, inventory.StrategyWatch} {
 		t.Run(strategy, func(t *testing.T) {
-			db, path := openDB(t)
+			db, path := openDB(t, be)
 			a := newService(t, demoConfig(db, rdb))
 			b := newService(t, demoConfig(openPath(t, path), rdb))
 			id := resetItem(t, a, 40)
@@ -102,8 +110,12 @@ func TestMirrorStrategiesSafeWithoutLoss(t *testing.T) {
 
 // A purchase whose work fails after the mirror was decremented gives the unit back.
 func TestRedisStockGivesBackWhenThePurchaseFails(t *testing.T) {
+	forEachBackend(t, testRedisStockGivesBackWhenThePurchaseFails)
+}
+
+func testRedisStockGivesBackWhenThePurchaseFails(t *testing.T, be backend) {
 	_, rdb := redisServer(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	sc := newScript()
 	cfg := demoConfig(db, rdb)
 	cfg.Sleep = sc.sleep
@@ -128,7 +140,11 @@ func TestRedisStockGivesBackWhenThePurchaseFails(t *testing.T) {
 // until each has read), so all but one lose the first round and retry; nothing is oversold
 // and the retries are counted in the receipts.
 func TestOptimisticSafeWithCountedRetries(t *testing.T) {
-	db, path := openDB(t)
+	forEachBackend(t, testOptimisticSafeWithCountedRetries)
+}
+
+func testOptimisticSafeWithCountedRetries(t *testing.T, be backend) {
+	db, path := openDB(t, be)
 	const n = 8
 	var (
 		mu      sync.Mutex

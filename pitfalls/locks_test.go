@@ -24,7 +24,7 @@ func lockKey(strategy string, id int64) string {
 // lease runs out, and the next buyers sell.
 func TestSetnxExpireCrashBlocksTheItemUntilDeletedByHand(t *testing.T) {
 	_, rdb := redisServer(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend) // a Redis failure: one backend is enough
 	cfg := demoConfig(db, rdb)
 	realLock := locking.New(rdb, &locking.Options{KeyPrefix: inventory.LockKeyPrefix, Lease: lease, Wait: wait})
 	t.Cleanup(func() { _ = realLock.Close() })
@@ -81,7 +81,7 @@ func TestSetnxExpireCrashBlocksTheItemUntilDeletedByHand(t *testing.T) {
 // The crash fault exists for setnx-expire only.
 func TestCrashFaultRefusedForOtherStrategies(t *testing.T) {
 	_, rdb := redisServer(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, sqliteBackend)
 	s := newService(t, demoConfig(db, rdb))
 	id := resetItem(t, s, 1)
 	r := req(id, inventory.StrategyFixedLease, 0)
@@ -134,6 +134,10 @@ func TestDelReleaseDeletesTheNextHoldersLock(t *testing.T) {
 // not written yet, and both write: two orders of the last unit. The same script with the
 // owner-checked release (fixed-lease, whose holders' work here fits in the lease) sells once.
 func TestDelReleaseOversellsOwnerCheckedReleaseDoesNot(t *testing.T) {
+	forEachBackend(t, testDelReleaseOversellsOwnerCheckedReleaseDoesNot)
+}
+
+func testDelReleaseOversellsOwnerCheckedReleaseDoesNot(t *testing.T, be backend) {
 	for _, tc := range []struct {
 		strategy string
 		oversold bool
@@ -143,7 +147,7 @@ func TestDelReleaseOversellsOwnerCheckedReleaseDoesNot(t *testing.T) {
 	} {
 		t.Run(tc.strategy, func(t *testing.T) {
 			_, rdb := redisServer(t)
-			db, _ := openDB(t)
+			db, _ := openDB(t, be)
 			sc := newScript()
 			cfg := demoConfig(db, rdb)
 			cfg.Sleep = sc.sleep
@@ -192,6 +196,10 @@ func TestDelReleaseOversellsOwnerCheckedReleaseDoesNot(t *testing.T) {
 // script: the watchdog (lock, lock+guard) keeps the first holder's lease alive, so the second
 // waits. (The fence of lock+guard, for a lock lost anyway, is tested in package inventory.)
 func TestFixedLeaseOversellsWatchdogAndFenceHold(t *testing.T) {
+	forEachBackend(t, testFixedLeaseOversellsWatchdogAndFenceHold)
+}
+
+func testFixedLeaseOversellsWatchdogAndFenceHold(t *testing.T, be backend) {
 	for _, tc := range []struct {
 		strategy string
 		oversold bool
@@ -202,7 +210,7 @@ func TestFixedLeaseOversellsWatchdogAndFenceHold(t *testing.T) {
 	} {
 		t.Run(tc.strategy, func(t *testing.T) {
 			_, rdb := redisServer(t)
-			db, _ := openDB(t)
+			db, _ := openDB(t, be)
 			sc := newScript()
 			cfg := demoConfig(db, rdb)
 			cfg.Sleep = sc.sleep
