@@ -108,7 +108,7 @@ func mainPitfalls(ctx context.Context, cfg Config, stdout, stderr io.Writer) int
 	fmt.Fprintln(stdout)
 	code := writePitfalls(stdout, rows)
 	if cfg.JSONFile != "" {
-		b, _ := json.MarshalIndent(map[string]any{"scenario": "pitfalls", "lease_ms": ms(pitfallLease),
+		b, _ := json.MarshalIndent(map[string]any{"scenario": "pitfalls", "db": cfg.DB, "lease_ms": ms(pitfallLease),
 			"lock_wait_ms": ms(pitfallWait), "rows": rows, "exit_code": code}, "", "  ")
 		if err := os.WriteFile(cfg.JSONFile, append(b, '\n'), 0o644); err != nil {
 			fmt.Fprintln(stderr, "loadtest: write JSON report:", err)

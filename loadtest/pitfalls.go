@@ -88,7 +88,7 @@ func RunPitfalls(ctx context.Context, cfg Config, logw io.Writer) ([]pitfallRow,
 	}
 	defer os.RemoveAll(redisDir)
 	cl, err := StartCluster(ctx, ClusterConfig{Bin: cfg.Bin, Instances: max(cfg.Instances, 3), Lease: pitfallLease,
-		Args: []string{"--lock-wait", pitfallWait.String()}, RedisDir: redisDir, Log: logw})
+		Args: []string{"--lock-wait", pitfallWait.String()}, RedisDir: redisDir, DB: cfg.DB, Log: logw})
 	if err != nil {
 		return nil, err
 	}
