@@ -241,6 +241,14 @@ func (r *pitfallRun) setnxExpire(ctx context.Context) error {
 		if err := r.rdb.Del(ctx, keys...).Err(); err != nil { // the scenario cleans up by hand
 			return fmt.Errorf("delete the no-TTL key: %w", err)
 		}
+		left, err := r.noTTLKeys(ctx, r.info["setnx-expire"].RedisKeyPrefix, id)
+		if err != nil {
+			return err
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("the no-TTL key is still there after its deletion: %v", left)
+		}
+		detail = append(detail, "deleted by the scenario afterwards")
 	}
 	row.Detail = strings.Join(detail, "; ")
 	if err := r.finish(ctx, row, id, append([]purchaseResult{crash}, results...)); err != nil {

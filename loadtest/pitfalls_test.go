@@ -14,9 +14,8 @@ import (
 // holds, in the order of the table.
 func TestPitfallsScenario(t *testing.T) {
 	needStorefront(t)
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server is not on PATH (make test installs it)")
-	}
+	_, err := exec.LookPath("redis-server")
+	require.NoError(t, err, "the scenario restarts a real redis-server from its snapshot (make test installs it)")
 	cfg := Config{Bin: storefrontBin, Instances: 3, Timeout: 10 * time.Second, Quiet: true}
 	rows, err := RunPitfalls(t.Context(), cfg, tlog{t})
 	require.NoError(t, err)
@@ -34,5 +33,6 @@ func TestPitfallsScenario(t *testing.T) {
 		assert.True(t, rows[i].OK, "row %d", i)
 		assert.NotEmpty(t, rows[i].Lesson)
 	}
+	assert.Contains(t, rows[0].Detail, "deleted by the scenario afterwards", "the no-TTL key is not left behind")
 	assert.Equal(t, 0, writePitfalls(tlog{t}, rows))
 }
