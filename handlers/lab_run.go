@@ -29,6 +29,7 @@ const (
 	verdictSafe       = "SAFE"
 	verdictOversold   = "OVERSOLD"
 	verdictLostUpdate = "LOST UPDATE"
+	verdictBlocked    = "BLOCKED" // the crash fault left a lock nobody can take: nothing sold
 )
 
 // Faults of a lab run.
@@ -36,6 +37,8 @@ const (
 	faultNone  = ""
 	faultStall = "stall" // the first buyer stalls before its write (inventory's stall fault)
 	faultPause = "pause" // the supervisor SIGSTOPs the item's lock holder during the burst
+	// faultCrash (purchase.go): the first buyer of setnx-expire dies between SETNX and EXPIRE,
+	// alone, before the others start.
 )
 
 // labRunRequest is the body of POST /api/lab/run.
@@ -78,8 +81,11 @@ func (l *lab) run(c *gin.Context) {
 	case req.Buyers < 1 || req.Buyers > maxLabBuyers:
 		writeError(c, fmt.Errorf("%w: buyers must be 1..%d", inventory.ErrInvalid, maxLabBuyers))
 		return
-	case req.Fault != faultNone && req.Fault != faultStall && req.Fault != faultPause:
-		writeError(c, fmt.Errorf("%w: fault must be \"\", %q or %q", inventory.ErrInvalid, faultStall, faultPause))
+	case req.Fault != faultNone && req.Fault != faultStall && req.Fault != faultPause && req.Fault != faultCrash:
+		writeError(c, fmt.Errorf("%w: fault must be \"\", %q, %q or %q", inventory.ErrInvalid, faultStall, faultPause, faultCrash))
+		return
+	case req.Fault == faultCrash && req.Strategy != inventory.StrategySetnxExpire:
+		writeError(c, fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire))
 		return
 	case req.Fault == faultPause && l.sup == nil:
 		writeError(c, errPauseUnsupported)
@@ -110,23 +116,29 @@ func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest)
 	res.StartedMS = unixMS(time.Now())
 	answers := make(chan answer, req.Buyers)
 	var wg sync.WaitGroup
-	buy := func(i int, stall bool) {
+	buy := func(i int, fault string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers <- l.purchase(ctx, insts[i%len(insts)].URL, req, stall)
+			answers <- l.purchase(ctx, insts[i%len(insts)].URL, req, fault)
 		}()
 	}
 	next := 0
+	if req.Fault == faultCrash {
+		// The crashing buyer goes first and alone, and answers at once (it died holding the
+		// key it set without a TTL); then the others meet that key.
+		answers <- l.purchase(ctx, first, req, faultCrash)
+		next = 1
+	}
 	if req.Fault == faultStall {
 		// The stalled buyer goes first and alone: once it holds the lock, the others queue
 		// behind it, and one of them takes the lock when its lease runs out.
-		buy(0, true)
+		buy(0, faultStall)
 		next = 1
 		l.waitHeld(ctx, first, req.Item, time.Duration(req.WorkMS)*time.Millisecond+labHeldTimeout)
 	}
 	for i := next; i < req.Buyers; i++ {
-		buy(i, false)
+		buy(i, faultNone)
 	}
 	if req.Fault == faultPause {
 		res.Paused, res.Note = l.pauseHolder(ctx, req.Item)
@@ -157,6 +169,10 @@ func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest)
 		res.Verdict = verdictOversold
 	case res.LostUpdates != 0:
 		res.Verdict = verdictLostUpdate
+	case req.Fault == faultCrash && res.Sold == 0 && req.Buyers > 1 && res.Answers["lock_timeout"] == req.Buyers-1:
+		res.Verdict = verdictBlocked
+		res.Note = "the crashed holder's key has no TTL: every later buyer waited its whole lock wait and was refused; " +
+			"the item stays blocked until the key is deleted by hand (the lab's reset deletes it)"
 	default:
 		res.Verdict = verdictSafe
 	}
@@ -164,7 +180,7 @@ func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest)
 }
 
 // purchase sends one purchase of the run to the instance at base.
-func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, stall bool) answer {
+func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, fault string) answer {
 	body := []byte(`{"quantity":` + strconv.Itoa(req.Quantity) + `}`)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost,
 		base+"/api/items/"+strconv.FormatInt(req.Item, 10)+"/purchase", bytes.NewReader(body))
@@ -175,8 +191,8 @@ func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, stal
 		hr.Header.Set(headerStrategy, req.Strategy)
 	}
 	hr.Header.Set(headerSimulatedWork, (time.Duration(req.WorkMS) * time.Millisecond).String())
-	if stall {
-		hr.Header.Set(headerFault, faultStall)
+	if fault != faultNone {
+		hr.Header.Set(headerFault, fault)
 	}
 	resp, err := l.hc.Do(hr)
 	if err != nil {

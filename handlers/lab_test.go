@@ -179,3 +179,50 @@ func TestLabSingleProcess(t *testing.T) {
 	a = e.do("POST", "/api/lab/run", `{"strategy":"naive","buyers":2,"work_ms":0,"quantity":1,"item":999,"fault":""}`)
 	assert.Equal(t, "not_found", a.errorCode(), "%s", a.body)
 }
+
+// The lab offers the demo strategies (it lists GET /api/strategies) and runs them: the
+// flash-sale pattern with the guard sells exactly the stock, fixed-lease with work past its
+// lease oversells, and the crash fault (setnx-expire only) blocks the item until the lab's
+// reset deletes the key left without a TTL.
+func TestLabRunsTheDemoStrategies(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEnv(t, envOptions{demo: true, redis: srv, lease: 300 * time.Millisecond, lockWait: 2 * time.Second})
+	rows := strategiesOf(t, e)
+	for _, name := range []string{inventory.StrategySetnxExpire, inventory.StrategyDelRelease, inventory.StrategyFixedLease,
+		inventory.StrategyOptimistic, inventory.StrategyRedisStock, inventory.StrategyRedisStockGuard, inventory.StrategyWatch} {
+		assert.True(t, rows[name].DemoOnly, "the lab's list offers %s", name)
+	}
+	var items []struct {
+		ID int64 `json:"id"`
+	}
+	reset := func() {
+		a := e.do("POST", "/api/lab/reset", "{}")
+		require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+		decode(t, a, &items)
+		require.NotEmpty(t, items)
+	}
+	reset()
+	id := func(i int) string { return strconv.FormatInt(items[i].ID, 10) }
+
+	res := labRun(t, e, `{"strategy":"redis-stock+guard","buyers":14,"work_ms":5,"quantity":1,"item":`+id(0)+`,"fault":""}`)
+	assert.Equal(t, "SAFE", res["verdict"], "%v", res)
+	assert.EqualValues(t, 10, res["sold"], "%v", res)
+	res = labRun(t, e, `{"strategy":"optimistic","buyers":12,"work_ms":5,"quantity":1,"item":`+id(1)+`,"fault":""}`)
+	assert.Equal(t, "SAFE", res["verdict"], "%v", res)
+	// 20 buyers of 10 units, each working twice the fixed lease: holders overlap.
+	res = labRun(t, e, `{"strategy":"fixed-lease","buyers":20,"work_ms":600,"quantity":1,"item":`+id(2)+`,"fault":""}`)
+	assert.NotEqual(t, "SAFE", res["verdict"], "%v", res)
+
+	a := e.do("POST", "/api/lab/run", `{"strategy":"lock","buyers":2,"work_ms":0,"quantity":1,"item":`+id(0)+`,"fault":"crash"}`)
+	assert.Equal(t, "invalid_request", a.errorCode(), "%s", a.body)
+	reset()
+	res = labRun(t, e, `{"strategy":"setnx-expire","buyers":4,"work_ms":0,"quantity":1,"item":`+id(0)+`,"fault":"crash"}`)
+	assert.Equal(t, "BLOCKED", res["verdict"], "%v", res)
+	assert.EqualValues(t, 0, res["sold"], "%v", res)
+	assert.Contains(t, res["note"], "no TTL")
+	reset()
+	res = labRun(t, e, `{"strategy":"setnx-expire","buyers":4,"work_ms":0,"quantity":1,"item":`+id(0)+`,"fault":""}`)
+	assert.Equal(t, "SAFE", res["verdict"], "after the reset the item sells: %v", res)
+	assert.EqualValues(t, 4, res["sold"], "%v", res)
+}
+

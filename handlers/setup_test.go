@@ -23,6 +23,7 @@ import (
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 	"github.com/stockguard/stockguard/models"
+	"github.com/stockguard/stockguard/pitfalls"
 )
 
 const testToken = "test-admin-token"
@@ -102,6 +103,18 @@ func newEnv(t testing.TB, opts envOptions) *env {
 			stall := locking.New(rdb, lockOpts(true))
 			t.Cleanup(func() { _ = stall.Close() })
 			cfg.StallFor, cfg.StallLocker = 3*opts.lease, inventory.NewLocker(stall)
+		}
+		if opts.demo { // the demo strategies, as main wires them (demo.go)
+			po := func(name string) pitfalls.Options {
+				return pitfalls.Options{KeyPrefix: inventory.PitfallKeyPrefix(name),
+					Lease: cmp.Or(opts.lease, time.Second), Wait: cmp.Or(opts.lockWait, time.Second)}
+			}
+			cfg.Pitfalls = map[string]inventory.Locker{
+				inventory.StrategySetnxExpire: pitfalls.NewSetnxExpire(rdb, po(inventory.StrategySetnxExpire)),
+				inventory.StrategyDelRelease:  pitfalls.NewDelRelease(rdb, po(inventory.StrategyDelRelease)),
+				inventory.StrategyFixedLease:  pitfalls.NewFixedLease(rdb, po(inventory.StrategyFixedLease)),
+			}
+			cfg.Mirror = pitfalls.NewMirror(rdb, inventory.StockKeyPrefix)
 		}
 		cfg.Checks = []inventory.Check{{Name: "redis " + opts.redis.Addr(), Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}}
 		cfg.Default = inventory.StrategyLockGuard

@@ -124,6 +124,9 @@ func (s *Service) Reset(ctx context.Context, items []NewItem) error {
 	if err != nil {
 		return s.dbErr(err)
 	}
+	if err := s.purgePitfalls(ctx); err != nil {
+		return fmt.Errorf("%w: the catalogue is reset but the pitfall locks' keys are not deleted: %w", ErrUnavailable, err)
+	}
 	if s.mirror != nil {
 		stocks := make(map[int64]int, len(rows))
 		for _, r := range rows {

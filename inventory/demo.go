@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // The demo strategies of issue 14: the broken locks the articles walk through before the right
@@ -60,6 +61,26 @@ type StockMirror interface {
 	TakeWatched(ctx context.Context, itemID int64, quantity int) (remaining, retries int, err error)
 	// Give adds quantity back to itemID's mirrored stock (the compensating increment).
 	Give(ctx context.Context, itemID int64, quantity int) error
+}
+
+// Purger is implemented by a pitfall Locker (Config.Pitfalls) whose state a catalogue reset
+// deletes: every key under its prefix. A setnx-expire key left without a TTL by the crash
+// fault would otherwise block its item until someone deletes it by hand.
+type Purger interface {
+	Purge(ctx context.Context) error
+}
+
+// purgePitfalls deletes the state of every pitfall lock that can purge it (Reset calls it).
+func (s *Service) purgePitfalls(ctx context.Context) error {
+	var errs []error
+	for name, l := range s.pitfalls {
+		if p, ok := l.(Purger); ok {
+			if err := p.Purge(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ErrNotMirrored: the item has no stock in the mirror (never seeded, or Redis lost it).

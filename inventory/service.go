@@ -73,6 +73,7 @@ type Service struct {
 	onDown     string
 	admission  Admission
 	mirror     StockMirror
+	pitfalls   map[string]Locker
 	strategies map[string]strategy
 	names      []string
 	keys       keyed[string] // idempotency keys in flight in this process
@@ -111,6 +112,7 @@ func NewService(cfg Config) (*Service, error) {
 		onDown:    cfg.OnRedisDown,
 		admission: cfg.Admission,
 		mirror:    cfg.Mirror,
+		pitfalls:  cfg.Pitfalls,
 	}
 	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger,
 		obs: cfg.Observer, stallFor: cfg.StallFor, stallLocker: cfg.StallLocker}

@@ -84,6 +84,35 @@ func newLocker(rdb redis.UniversalClient, o Options, k kind) *Locker {
 	return &Locker{rdb: rdb, opts: o, kind: k}
 }
 
+// Purge deletes every key under the lock's prefix (the locks and their fencing counters): a
+// catalogue reset calls it (inventory.Purger), so a key the crash fault left without a TTL
+// does not outlive the catalogue.
+func (l *Locker) Purge(ctx context.Context) error {
+	if l.opts.KeyPrefix == "" {
+		return errors.New("pitfalls: no key prefix: refusing to purge every key")
+	}
+	iter := l.rdb.Scan(ctx, 0, l.opts.KeyPrefix+"*", 200).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 200 {
+			if err := l.rdb.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		return l.rdb.Unlink(ctx, keys...).Err()
+	}
+	return nil
+}
+
+var _ inventory.Purger = (*Locker)(nil)
+
 // Key returns the Redis key of the lock named name; the fencing counter is Key(name)+":fence".
 func (l *Locker) Key(name string) string { return l.opts.KeyPrefix + "{" + name + "}" }
 

@@ -78,6 +78,35 @@ func TestSetnxExpireCrashBlocksTheItemUntilDeletedByHand(t *testing.T) {
 	assert.Equal(t, 6, statsOf(t, s, id).Stock)
 }
 
+// A catalogue reset deletes the pitfall locks' keys (inventory.Purger): the key the crash left
+// with no TTL does not outlive the catalogue; the real lock's keys are not touched.
+func TestResetDeletesTheNoTTLKey(t *testing.T) {
+	_, rdb := redisServer(t)
+	db, _ := openDB(t, sqliteBackend)
+	s := newService(t, demoConfig(db, rdb))
+	id := resetItem(t, s, 3)
+	ctx := t.Context()
+	crash := req(id, inventory.StrategySetnxExpire, 0)
+	crash.Crash = true
+	_, err := s.Purchase(ctx, crash)
+	require.ErrorIs(t, err, inventory.ErrUnavailable)
+	key := lockKey(inventory.StrategySetnxExpire, id)
+	require.Equal(t, int64(1), rdb.Exists(ctx, key).Val())
+	realKey := inventory.LockKeyPrefix + "{" + inventory.ItemLockName(id) + "}:fence"
+	require.NoError(t, rdb.Set(ctx, realKey, 7, 0).Err())
+
+	id = resetItem(t, s, 3)
+	n, err := rdb.Exists(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the reset deleted the no-TTL key")
+	keys, err := rdb.Keys(ctx, inventory.PitfallKeyPrefix(inventory.StrategySetnxExpire)+"*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys)
+	assert.Equal(t, "7", rdb.Get(ctx, realKey).Val(), "the real lock's keys are not the pitfalls'")
+	_, err = s.Purchase(ctx, req(id, inventory.StrategySetnxExpire, 0))
+	require.NoError(t, err)
+}
+
 // The crash fault exists for setnx-expire only.
 func TestCrashFaultRefusedForOtherStrategies(t *testing.T) {
 	_, rdb := redisServer(t)

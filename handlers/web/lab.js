@@ -212,6 +212,9 @@ function goLive() { replayAt = null; $('live').disabled = true; renderLanes(); r
 function describeStrategy(list) {
   const s = list.find((x) => x.name === $('strategy').value);
   $('strategy-note').textContent = s ? `${s.name}: ${s.description}. ${s.safe ? 'Safe' : 'Unsafe'}: ${s.safety}.` : '';
+  const crash = $('fault-crash');
+  crash.disabled = !s || s.name !== 'setnx-expire';
+  if (crash.disabled && crash.checked) document.querySelector('input[name=fault][value=""]').checked = true;
 }
 
 async function start() {
@@ -224,7 +227,7 @@ async function start() {
   $('pause-note').textContent = info.pause ? '' : info.pause_note;
   const strategies = await api(`${base0()}/api/strategies`);
   $('strategy').innerHTML = strategies.map((s) =>
-    `<option value="${esc(s.name)}"${s.default ? ' selected' : ''}>${esc(s.name)} (${s.safe ? 'safe' : 'unsafe'})</option>`).join('');
+    `<option value="${esc(s.name)}"${s.default ? ' selected' : ''}>${esc(s.name)} (${s.safe ? 'safe' : 'unsafe'}${s.demo_only ? ', demo' : ''})</option>`).join('');
   $('strategy').onchange = () => describeStrategy(strategies);
   describeStrategy(strategies);
   fillItems(await api(`${base0()}/api/items`));
