@@ -13,7 +13,9 @@ import (
 )
 
 // Strategy names the storefront offers (docs/DESIGN.md §5).
-var knownStrategies = []string{"naive", "local", "lock", "guard", "lock+guard", "redlock+guard"}
+var knownStrategies = []string{"naive", "local", "lock", "guard", "lock+guard", "redlock+guard",
+	// the demo-only strategies of issue 14 (pitfalls.go shows each failing under its script)
+	"setnx-expire", "del-release", "fixed-lease", "optimistic", "redis-stock", "redis-stock+guard", "watch"}
 
 // defaultStrategies is the comparison run when -strategies is not given.
 var defaultStrategies = []string{"naive", "local", "lock", "guard", "lock+guard"}

@@ -210,6 +210,14 @@ func TestExpectedSafe(t *testing.T) {
 	assert.False(t, expectedSafe("lock", 3, "pause"))
 	assert.True(t, expectedSafe("guard", 3, "pause"))
 	assert.True(t, expectedSafe("lock+guard", 3, "pause"))
+	assert.False(t, expectedSafe("fixed-lease", 3, "pause"))
+	assert.True(t, expectedSafe("fixed-lease", 3, ""))
+	assert.True(t, expectedSafe("redis-stock", 3, ""))
+	assert.True(t, expectedSafe("redis-stock+guard", 3, "pause"))
+	assert.True(t, expectedSafe("optimistic", 3, "pause"))
+	assert.False(t, expectedSafe("fixed-lease", 3, "partition"), "no watchdog to declare the loss")
+	assert.False(t, expectedSafe("redis-stock", 3, "failover"), "a failover may lose the mirror's latest writes")
+	assert.True(t, expectedSafe("redis-stock+guard", 3, "failover"))
 }
 
 func TestParseConfig(t *testing.T) {
