@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,4 +36,26 @@ func TestPitfallsScenario(t *testing.T) {
 	}
 	assert.Contains(t, rows[0].Detail, "deleted by the scenario afterwards", "the no-TTL key is not left behind")
 	assert.Equal(t, 0, writePitfalls(tlog{t}, rows))
+}
+
+// The exit status of -scenario pitfalls: 1 as soon as one row did not show what it should (a
+// pitfall that did not fail, a fix that broke an invariant), with the row marked.
+func TestWritePitfallsExitStatus(t *testing.T) {
+	ok := pitfallRow{Case: "fixed-lease", Strategy: "fixed-lease", Role: "pitfall", Verdict: VerdictOversold, OK: true, Lesson: "l"}
+	fix := pitfallRow{Case: "fixed-lease", Strategy: "lock+guard", Role: "fix", Verdict: VerdictSafe, OK: true, Lesson: "l"}
+	var out strings.Builder
+	assert.Equal(t, 0, writePitfalls(&out, []pitfallRow{ok, fix}))
+	assert.NotContains(t, out.String(), "UNEXPECTED")
+
+	missed := ok
+	missed.Verdict, missed.OK = VerdictSafe, false // the pitfall did not show its failure
+	out.Reset()
+	assert.Equal(t, 1, writePitfalls(&out, []pitfallRow{missed, fix}))
+	assert.Contains(t, out.String(), "SAFE  <- UNEXPECTED")
+
+	broken := fix
+	broken.Verdict, broken.OK = VerdictOversold, false // the fix broke an invariant
+	out.Reset()
+	assert.Equal(t, 1, writePitfalls(&out, []pitfallRow{ok, broken}))
+	assert.Equal(t, "BLOCKED", (&pitfallRow{Case: "setnx-expire", Role: "pitfall"}).expected())
 }
