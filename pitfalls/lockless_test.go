@@ -4,9 +4,11 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -224,3 +226,45 @@ func concurrent(t *testing.T, services []*inventory.Service, id int64, strategy 
 }
 
 func itoa(id int64) string { return strconv.FormatInt(id, 10) }
+
+// On a Redis Cluster (three real masters) the mirror's keys and the pitfall locks' keys spread
+// over the slots: the reset's deletions reach every master, the scripts and WATCH touch one key
+// each, and the demo strategies sell as on one node.
+func TestDemoStrategiesOnRedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	rdb := redistest.ClusterClient(t, cl)
+	db, _ := openDB(t, sqliteBackend)
+	s := newService(t, demoConfig(db, rdb))
+	ctx := t.Context()
+	items := make([]inventory.NewItem, 12)
+	for i := range items {
+		items[i] = inventory.NewItem{SKU: "C-" + itoa(int64(i)), Name: "item", Stock: 2, PriceCents: 100}
+	}
+	require.NoError(t, s.Reset(ctx, items))
+	list, err := s.ListItems(ctx)
+	require.NoError(t, err)
+	for i, it := range list {
+		strategy := []string{inventory.StrategyRedisStock, inventory.StrategyRedisStockGuard, inventory.StrategyWatch,
+			inventory.StrategyFixedLease, inventory.StrategyDelRelease}[i%5]
+		assert.Equal(t, 2, sellN(t, s, it.ID, strategy, 3), "%s on item %d", strategy, it.ID)
+		crash := req(it.ID, inventory.StrategySetnxExpire, 0)
+		crash.Crash = true
+		_, err := s.Purchase(ctx, crash)
+		require.ErrorIs(t, err, inventory.ErrUnavailable)
+	}
+	count := func(pattern string) int {
+		var n atomic.Int64 // ForEachMaster visits the masters concurrently
+		require.NoError(t, rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			keys, err := node.Keys(ctx, pattern).Result()
+			n.Add(int64(len(keys)))
+			return err
+		}))
+		return int(n.Load())
+	}
+	require.Equal(t, len(list), count(inventory.PitfallKeyPrefix(inventory.StrategySetnxExpire)+"*}"), "one no-TTL key per item")
+	require.Equal(t, len(list), count(inventory.StockKeyPrefix+"*"))
+
+	require.NoError(t, s.Reset(ctx, items[:3]))
+	assert.Zero(t, count(inventory.PitfallKeyPrefix(inventory.StrategySetnxExpire)+"*"), "the reset deleted them on every master")
+	assert.Equal(t, 3, count(inventory.StockKeyPrefix+"*"), "only the new catalogue is mirrored")
+}

@@ -91,24 +91,7 @@ func (l *Locker) Purge(ctx context.Context) error {
 	if l.opts.KeyPrefix == "" {
 		return errors.New("pitfalls: no key prefix: refusing to purge every key")
 	}
-	iter := l.rdb.Scan(ctx, 0, l.opts.KeyPrefix+"*", 200).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 200 {
-			if err := l.rdb.Unlink(ctx, keys...).Err(); err != nil {
-				return err
-			}
-			keys = keys[:0]
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	if len(keys) > 0 {
-		return l.rdb.Unlink(ctx, keys...).Err()
-	}
-	return nil
+	return deleteMatching(ctx, l.rdb, l.opts.KeyPrefix+"*")
 }
 
 var _ inventory.Purger = (*Locker)(nil)
