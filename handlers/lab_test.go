@@ -225,4 +225,3 @@ func TestLabRunsTheDemoStrategies(t *testing.T) {
 	assert.Equal(t, "SAFE", res["verdict"], "after the reset the item sells: %v", res)
 	assert.EqualValues(t, 4, res["sold"], "%v", res)
 }
-
