@@ -143,7 +143,9 @@ func TestSemaphoreWatchdogRenewsAndSignalsLoss(t *testing.T) {
 }
 
 // replyLost makes script calls run in Redis but answer context.Canceled while armed: a
-// context cancelled after the command was sent.
+// context cancelled after the command was sent. Only a call that ran (no error) has its
+// reply replaced: an EVALSHA answered NOSCRIPT (the script not yet cached on this server, as
+// when the test runs alone) must reach Script.Run unchanged, so that it falls back to EVAL.
 type replyLost struct{ armed atomic.Bool }
 
 func (r *replyLost) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -153,7 +155,7 @@ func (r *replyLost) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (r *replyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if r.armed.Load() && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+		if err == nil && r.armed.Load() && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
 			cmd.SetErr(context.Canceled)
 			return context.Canceled
 		}
