@@ -3,6 +3,7 @@ package locking
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -72,15 +73,18 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 		cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 		defer cancel()
 		sent := time.Now()
-		res, err := fairAcquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence, fk.queue, fk.timeouts},
+		res, err := fairAcquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence, k.gone(owner), fk.queue, fk.timeouts},
 			owner, c.lease.Milliseconds(), strconv.FormatInt(cfg.floor, 10), "0", try,
 			timeout.Milliseconds(), fk.turn).Int64Slice()
 		if err != nil {
 			return nil, 0, c.attemptFailed(ctx, err, fmt.Sprintf("obtain %q", key),
-				func(ctx context.Context) { _, _ = c.fairScript(ctx, k, owner, true, true) })
+				func(ctx context.Context) { _, _ = c.fairScript(ctx, k, owner, true, true, true) })
 		}
 		if len(res) != 2 {
 			return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", key, res)
+		}
+		if res[0] == -2 {
+			return nil, 0, errors.Join(ErrNotObtained, errAbandoned)
 		}
 		if res[0] != 1 {
 			// Come back before the place lapses, even if nobody wakes us.
@@ -91,7 +95,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 	if cfg.wait != 0 {
 		if err != nil { // leave the queue at once, and let the next waiter in
 			cctx, cancel := c.bestEffort(ctx)
-			_, _ = c.fairScript(cctx, k, owner, true, true)
+			_, _ = c.fairScript(cctx, k, owner, true, true, true)
 			cancel()
 		}
 		c.notify.drop(fk.turn + owner)
@@ -116,19 +120,24 @@ func (c *Client) queueTimeout() time.Duration {
 }
 
 // fairScript runs fair_release.lua for owner: release one hold (all: every hold), or leave
-// the queue.
-func (c *Client) fairScript(ctx context.Context, k keys, owner string, all, leave bool) (int64, error) {
+// the queue. abandon, for the clean-up of an owner that gave up, also leaves its tombstone
+// for one lease, so that an attempt of the owner still on its way to Redis takes nothing.
+func (c *Client) fairScript(ctx context.Context, k keys, owner string, all, leave, abandon bool) (int64, error) {
 	fk := k.fair()
-	return fairReleaseScript.Run(ctx, c.rdb, []string{k.hash, fk.queue, fk.timeouts},
-		owner, k.channel, flag(all), fk.turn, flag(leave)).Int64()
+	ks := []string{k.hash, fk.queue, fk.timeouts}
+	if abandon {
+		ks = append(ks, k.gone(owner))
+	}
+	return fairReleaseScript.Run(ctx, c.rdb, ks,
+		owner, k.channel, flag(all), fk.turn, flag(leave), c.lease.Milliseconds()).Int64()
 }
 
 func (c *Client) fairRelease(ctx context.Context, h *hold, last bool) (int64, error) {
-	return c.fairScript(ctx, h.k, h.owner, last, false)
+	return c.fairScript(ctx, h.k, h.owner, last, false, false)
 }
 
 func (c *Client) fairForget(ctx context.Context, h *hold) {
 	cctx, cancel := c.bestEffort(ctx)
 	defer cancel()
-	_, _ = c.fairScript(cctx, h.k, h.owner, true, false)
+	_, _ = c.fairScript(cctx, h.k, h.owner, true, false, true)
 }

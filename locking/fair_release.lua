@@ -1,6 +1,8 @@
 -- fair_release.lua: release a fair lock (release.lua, included below) and wake the waiter at
 -- the head of the queue only; or take a waiter out of the queue.
--- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] queue timeouts
+-- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] queue timeouts, KEYS[4] (clean-up only) the
+-- owner's tombstone, set for ARGV[6] ms (one lease) so that an acquire of the owner arriving
+-- late takes nothing (see fair_acquire.lua)
 -- ARGV[1] owner, ARGV[2] release channel, ARGV[3] "1" to drop every hold (see release.lua),
 -- ARGV[4] prefix of the waiters' channels, ARGV[5] "1" to leave: the owner gives up waiting
 -- (and drops a hold it may have taken in a call whose reply was lost)
@@ -27,6 +29,9 @@ local function wake_head()
   end
 end
 
+if KEYS[4] then
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[6])
+end
 if ARGV[5] == '1' then
   redis.call('LREM', KEYS[2], 1, ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])

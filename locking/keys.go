@@ -17,6 +17,9 @@ type Keys struct {
 //	P{K}                 hash: one field, owner token (32 hex chars) -> hold count; PEXPIRE = lease
 //	P{K}:fence           string: the last fencing token issued for K
 //	P{K}:released        channel: published (payload: owner token) on the last release
+//	P{K}:gone:<owner>    string, PEXPIRE = lease: the tombstone of an owner that gave up
+//	                     and cleaned up (forget.lua): an acquire of that owner arriving at
+//	                     Redis after its clean-up (late, on another connection) takes nothing
 //
 // The fair lock (Client.ObtainFair) is the same lock with a queue of waiters beside it:
 //
@@ -30,6 +33,8 @@ type Keys struct {
 //	P{K}:sem:order       sorted set: permit id -> ticket
 //	P{K}:sem:counter     string: the last ticket
 //	P{K}:sem:released    channel: published on each release
+//	P{K}:sem:gone:<id>   string, PEXPIRE = lease: the tombstone of a permit id whose
+//	                     acquire call was cleaned up (as P{K}:gone:<owner>)
 //
 // A Redlock uses the lock's three names on each of its nodes.
 func KeysOf(prefix, name string) Keys {
@@ -59,6 +64,10 @@ func (c *Client) keysFor(key string) keys {
 	return keys{name: key, hash: k.Hash, fence: k.Fence, channel: k.Channel}
 }
 
+// gone is the tombstone of owner on k (same hash tag, so the same Cluster slot): left by the
+// clean-up of an owner that gave up, honoured by the acquire scripts for one lease.
+func (k keys) gone(owner string) string { return k.hash + ":gone:" + owner }
+
 // fairKeys are the queue's names of k; turn + owner is a waiter's channel.
 type fairKeys struct{ queue, timeouts, turn string }
 
@@ -73,6 +82,7 @@ func (s *Semaphore) keysFor(key string) keys {
 	return keys{name: key, hash: p, fence: p + ":order", channel: p + ":released"}
 }
 
-// semKeys are the KEYS of semaphore_acquire.lua and semaphore_renew.lua: the permits set,
-// the order set and the ticket counter.
+// semKeys are the KEYS of semaphore_renew.lua and the first three of semaphore_acquire.lua
+// (whose fourth is the permit id's tombstone): the permits set, the order set and the ticket
+// counter.
 func semKeys(k keys) []string { return []string{k.hash, k.fence, k.hash + ":counter"} }

@@ -2,6 +2,7 @@ package locking
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -80,8 +81,15 @@ func (c *Client) ttl(ctx context.Context, h *hold) (time.Duration, error) {
 // forget deletes the lock if owner still holds it: after an attempt whose reply was lost
 // (it may have taken the lock), or after a loss that left the key in Redis. Best effort,
 // bounded by CallTimeout only: ctx may have ended, which is what made the reply go missing.
+// It leaves owner's tombstone (forget.lua): the lost call may not have reached Redis yet
+// (Redis may serve this call's connection first), and when it does it takes nothing.
 func (c *Client) forget(ctx context.Context, k keys, owner string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
 	defer cancel()
-	_ = releaseScript.Run(cctx, c.rdb, []string{k.hash}, owner, k.channel, "1").Err()
+	_ = forgetScript.Run(cctx, c.rdb, []string{k.hash, k.gone(owner)}, owner, k.channel, "1",
+		c.lease.Milliseconds()).Err()
 }
+
+// errAbandoned is the answer of an acquire whose owner's tombstone exists (forget.lua). Only
+// a call that reaches Redis after its own clean-up sees it, and nobody waits for that reply.
+var errAbandoned = errors.New("locking: owner given up and cleaned up")

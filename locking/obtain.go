@@ -119,7 +119,7 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	sent := time.Now()
-	res, err := acquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence},
+	res, err := acquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence, k.gone(owner)},
 		owner, c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0").Int64Slice()
 	if err != nil {
 		if maybeExecuted(err) { // the script may have run: do not leave the key behind
@@ -132,6 +132,9 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 	}
 	if len(res) != 2 {
 		return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", k.name, res)
+	}
+	if res[0] == -2 {
+		return nil, 0, errors.Join(ErrNotObtained, errAbandoned)
 	}
 	if res[0] != 1 {
 		if res[1] == -1 { // a lock hash without expiry (set by hand?): do not poll it fast

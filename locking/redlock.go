@@ -120,10 +120,11 @@ func (r *Redlock) obtain(ctx context.Context, key string, wait bool, opts []Obta
 	}
 	cfg := r.c.obtainConfigFor(wait, opts)
 	k := r.c.keysFor(key)
-	owner := newOwner()
 	start := time.Now()
 	return r.c.obtainKind(ctx, r.kind, "", cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
-		return r.attempt(ctx, k, owner, cfg.floor, start)
+		// An owner per round: a failed round's clean-up leaves the owner's tombstone on the
+		// nodes (forget.lua), which refuses every later acquire of that owner.
+		return r.attempt(ctx, k, newOwner(), cfg.floor, start)
 	})
 }
 
@@ -190,7 +191,7 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 	sent := time.Now()
 	taken := 0
 	replies, got, late := r.each(ctx, r.all(), func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
-		res, err := acquireScript.Run(ctx, rdb, []string{k.hash, k.fence},
+		res, err := acquireScript.Run(ctx, rdb, []string{k.hash, k.fence, k.gone(owner)},
 			owner, r.c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0").Int64Slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("unexpected reply %v", res)
@@ -236,9 +237,13 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 		}
 	}
 	if len(touched) > 0 {
-		<-late // a release must not overtake a late acquire (at most CallTimeout)
+		// A release must not overtake a late acquire: wait for the calls still running (at
+		// most CallTimeout). A call that failed may still reach its node after the clean-up
+		// (Redis may serve the clean-up's connection first): the owner's tombstone, left by
+		// the clean-up (forget.lua), makes it take nothing.
+		<-late
 		cctx, cancel := r.c.bestEffort(ctx)
-		r.releaseOn(cctx, k, owner, touched, false)
+		r.releaseOn(cctx, k, owner, touched, false, true)
 		cancel()
 	}
 	if err := ended(ctx); err != nil {
@@ -274,8 +279,9 @@ func (r *Redlock) raiseFences(ctx context.Context, k keys, token int64, held []i
 
 // releaseOn releases owner's key on the given nodes (every hold) and returns how many nodes
 // released it, how many found it not theirs, and the errors. With early it returns once a
-// quorum released (the other calls go on).
-func (r *Redlock) releaseOn(ctx context.Context, k keys, owner string, nodes []int, early bool) (released, notOurs int, errs []error) {
+// quorum released (the other calls go on). abandon, for a clean-up, uses forget.lua, which
+// also leaves the owner's tombstone on each node for one lease.
+func (r *Redlock) releaseOn(ctx context.Context, k keys, owner string, nodes []int, early, abandon bool) (released, notOurs int, errs []error) {
 	var decided func(nodeReply) bool
 	if early {
 		n := 0
@@ -287,7 +293,14 @@ func (r *Redlock) releaseOn(ctx context.Context, k keys, owner string, nodes []i
 		}
 	}
 	replies, got, _ := r.each(ctx, nodes, func(ctx context.Context, rdb redis.UniversalClient) nodeReply {
-		n, err := releaseScript.Run(ctx, rdb, []string{k.hash}, owner, k.channel, "1").Int64()
+		var cmd *redis.Cmd
+		if abandon {
+			cmd = forgetScript.Run(ctx, rdb, []string{k.hash, k.gone(owner)}, owner, k.channel, "1",
+				r.c.lease.Milliseconds())
+		} else {
+			cmd = releaseScript.Run(ctx, rdb, []string{k.hash}, owner, k.channel, "1")
+		}
+		n, err := cmd.Int64()
 		return nodeReply{n: n, err: err}
 	}, decided)
 	for _, i := range nodes {
@@ -310,7 +323,7 @@ func (r *Redlock) release(ctx context.Context, h *hold, last bool) (int64, error
 	if !last {
 		return 1, nil
 	}
-	released, _, errs := r.releaseOn(ctx, h.k, h.owner, r.all(), true)
+	released, _, errs := r.releaseOn(ctx, h.k, h.owner, r.all(), true, false)
 	switch {
 	case released >= r.quorum:
 		return 0, nil
@@ -339,7 +352,7 @@ func (r *Redlock) kindAfter(late <-chan struct{}, got []bool) *kind {
 			<-late
 			ctx, cancel := r.c.bestEffort(context.Background())
 			defer cancel()
-			r.releaseOn(ctx, h.k, h.owner, slow, false)
+			r.releaseOn(ctx, h.k, h.owner, slow, false, true)
 		}()
 	}
 	kd := *r.kind
@@ -359,7 +372,7 @@ func (r *Redlock) kindAfter(late <-chan struct{}, got []bool) *kind {
 func (r *Redlock) forget(ctx context.Context, h *hold) {
 	cctx, cancel := r.c.bestEffort(ctx)
 	defer cancel()
-	r.releaseOn(cctx, h.k, h.owner, r.all(), false)
+	r.releaseOn(cctx, h.k, h.owner, r.all(), false, true)
 }
 
 // renew extends the key on every node: held while a quorum extended it, lost at once when a

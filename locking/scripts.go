@@ -18,6 +18,10 @@ var (
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
 
+	//go:embed forget.lua
+	forgetLua    string
+	forgetScript = redis.NewScript(include(forgetLua, "release.lua", releaseLua))
+
 	//go:embed renew.lua
 	renewLua    string
 	renewScript = redis.NewScript(renewLua)

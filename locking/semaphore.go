@@ -3,6 +3,7 @@ package locking
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -92,14 +93,17 @@ func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration
 		cctx, cancel := context.WithTimeout(ctx, s.c.callTimeout)
 		defer cancel()
 		sent := time.Now()
-		res, err := semAcquireScript.Run(cctx, s.c.rdb, semKeys(k), id, s.c.lease.Milliseconds(),
+		res, err := semAcquireScript.Run(cctx, s.c.rdb, append(semKeys(k), k.gone(id)), id, s.c.lease.Milliseconds(),
 			strconv.Itoa(s.permits)).Int64Slice()
 		if err != nil {
 			return nil, 0, s.c.attemptFailed(ctx, err, fmt.Sprintf("acquire permit %q", key),
-				func(ctx context.Context) { _, _ = s.releaseID(ctx, k, id) })
+				func(ctx context.Context) { _, _ = s.releaseID(ctx, k, id, true) })
 		}
 		if len(res) != 2 {
 			return nil, 0, fmt.Errorf("locking: acquire permit %q: unexpected reply %v", key, res)
+		}
+		if res[0] == -1 {
+			return nil, 0, errors.Join(ErrNotObtained, errAbandoned)
 		}
 		if res[0] != 1 {
 			return nil, time.Duration(res[1]) * time.Millisecond, nil
@@ -108,18 +112,25 @@ func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration
 	})
 }
 
-func (s *Semaphore) releaseID(ctx context.Context, k keys, id string) (int64, error) {
-	return semReleaseScript.Run(ctx, s.c.rdb, []string{k.hash, k.fence}, id, k.channel).Int64()
+// releaseID gives permit id back. abandon, for the clean-up of a call whose reply was lost,
+// also leaves the id's tombstone for one lease: the call may still be on its way to Redis (on
+// another connection, which Redis may serve after this one), and then it takes nothing.
+func (s *Semaphore) releaseID(ctx context.Context, k keys, id string, abandon bool) (int64, error) {
+	ks := []string{k.hash, k.fence}
+	if abandon {
+		ks = append(ks, k.gone(id))
+	}
+	return semReleaseScript.Run(ctx, s.c.rdb, ks, id, k.channel, s.c.lease.Milliseconds()).Int64()
 }
 
 func (s *Semaphore) release(ctx context.Context, h *hold, _ bool) (int64, error) {
-	return s.releaseID(ctx, h.k, h.owner)
+	return s.releaseID(ctx, h.k, h.owner, false)
 }
 
 func (s *Semaphore) forget(ctx context.Context, h *hold) {
 	cctx, cancel := s.c.bestEffort(ctx)
 	defer cancel()
-	_, _ = s.releaseID(cctx, h.k, h.owner)
+	_, _ = s.releaseID(cctx, h.k, h.owner, true)
 }
 
 func (s *Semaphore) ttl(ctx context.Context, h *hold) (time.Duration, error) {
