@@ -24,7 +24,15 @@ type lateScripts struct {
 	held  []func() error
 }
 
-func newLateScripts(rdb *redis.Client) *lateScripts { return &lateScripts{Client: rdb} }
+// newLateScripts wraps rdb, with the acquire scripts cached on its server: a held-back
+// EVALSHA must not meet NOSCRIPT when delivered (Script.Run's fallback to EVAL is past).
+func newLateScripts(t *testing.T, rdb *redis.Client) *lateScripts {
+	t.Helper()
+	for _, s := range []*redis.Script{acquireScript, fairAcquireScript, semAcquireScript} {
+		require.NoError(t, s.Load(context.Background(), rdb).Err())
+	}
+	return &lateScripts{Client: rdb}
+}
 
 func (l *lateScripts) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	if l.armed.CompareAndSwap(true, false) {
@@ -58,7 +66,7 @@ func TestLateAcquireAfterCleanUpTakesNothing(t *testing.T) {
 	opts := &Options{Lease: 10 * time.Second}
 
 	t.Run("lock", func(t *testing.T) {
-		late := newLateScripts(newRedis(t, nil))
+		late := newLateScripts(t, newRedis(t, nil))
 		c := New(late, opts)
 		defer c.Close()
 		key := uniqueKey(t)
@@ -79,7 +87,7 @@ func TestLateAcquireAfterCleanUpTakesNothing(t *testing.T) {
 	})
 
 	t.Run("fair", func(t *testing.T) {
-		late := newLateScripts(newRedis(t, nil))
+		late := newLateScripts(t, newRedis(t, nil))
 		c := New(late, opts)
 		defer c.Close()
 		key := uniqueKey(t)
@@ -108,7 +116,7 @@ func TestLateAcquireAfterCleanUpTakesNothing(t *testing.T) {
 	})
 
 	t.Run("semaphore", func(t *testing.T) {
-		late := newLateScripts(newRedis(t, nil))
+		late := newLateScripts(t, newRedis(t, nil))
 		s := NewSemaphore(late, 1, opts)
 		defer s.Close()
 		key := uniqueKey(t)
@@ -131,7 +139,7 @@ func TestLateAcquireAfterCleanUpTakesNothing(t *testing.T) {
 		lates := make([]*lateScripts, len(rdbs))
 		nodes := make([]redis.UniversalClient, len(rdbs))
 		for i, rdb := range rdbs {
-			lates[i] = newLateScripts(rdb)
+			lates[i] = newLateScripts(t, rdb)
 			nodes[i] = lates[i]
 		}
 		r := NewRedlock(nodes, opts)
