@@ -45,6 +45,7 @@ type orderView struct {
 	FenceToken     int64     `json:"fence_token"`
 	IdempotencyKey *string   `json:"idempotency_key"`
 	Degraded       bool      `json:"degraded,omitempty"`
+	BatchID        int64     `json:"batch_id"`
 	CreatedAt      time.Time `json:"created_at"`
 }
 
@@ -53,7 +54,7 @@ func newOrderViews(orders []inventory.Order) []orderView {
 	for _, o := range orders {
 		views = append(views, orderView{
 			OrderID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Strategy: o.Strategy,
-			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, Degraded: o.Degraded, CreatedAt: o.CreatedAt,
+			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, Degraded: o.Degraded, BatchID: o.BatchID, CreatedAt: o.CreatedAt,
 		})
 	}
 	return views

@@ -66,7 +66,7 @@ func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]Order, error)
 	orders := make([]Order, 0, len(rows))
 	for _, o := range rows {
 		orders = append(orders, Order{ID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Strategy: o.Strategy,
-			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, Degraded: o.Degraded, CreatedAt: o.CreatedAt.UTC()})
+			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, Degraded: o.Degraded, BatchID: o.BatchID, CreatedAt: o.CreatedAt.UTC()})
 	}
 	return orders, nil
 }

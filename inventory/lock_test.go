@@ -82,11 +82,30 @@ func ordersOf(t testing.TB, s *inventory.Service, itemID int64) []inventory.Orde
 }
 
 // assertFenceOrder checks that the fence tokens of lock+guard's orders never go down in
-// commit order: no write of an older holder after a newer one.
+// commit order (no write of an older holder after a newer one), and that each token was
+// written by one transaction.
 func assertFenceOrder(t testing.TB, orders []inventory.Order) {
 	t.Helper()
+	assertOneWritePerToken(t, orders)
 	for i := 1; i < len(orders); i++ {
 		assert.GreaterOrEqual(t, orders[i].FenceToken, orders[i-1].FenceToken, "order %d", orders[i].ID)
+	}
+}
+
+// assertOneWritePerToken checks the strict fence: every fence token was written by one
+// transaction (the orders of a coalesced hold share its token and its batch id).
+func assertOneWritePerToken(t testing.TB, orders []inventory.Order) {
+	t.Helper()
+	batchOf := map[int64]int64{}
+	for _, o := range orders {
+		if o.FenceToken == 0 {
+			continue
+		}
+		assert.Positive(t, o.BatchID, "order %d", o.ID)
+		if b, ok := batchOf[o.FenceToken]; ok {
+			assert.Equal(t, b, o.BatchID, "token %d written by two transactions (order %d)", o.FenceToken, o.ID)
+		}
+		batchOf[o.FenceToken] = o.BatchID
 	}
 }
 
@@ -174,9 +193,10 @@ func testExpiredLockMidPurchase(t *testing.T, be backend) {
 	}
 }
 
-// The deterministic case: A takes the lock and works past its lease; B takes the expired lock,
-// buys and writes first; then A wakes and writes. lock loses B's update; lock+guard refuses
-// A's stale write, retries with a new token and records both purchases.
+// The deterministic case: A takes the lock and works past its lease; B, in another process,
+// takes the expired lock, buys and writes first; then A wakes and writes. lock loses B's
+// update; lock+guard refuses A's stale write, retries with a new token and records both
+// purchases. (In one process, lock+guard's B would wait for A's hold in the item's queue.)
 func TestStaleHolderWritesAfterNewerOne(t *testing.T) {
 	forEachBackend(t, testStaleHolderWritesAfterNewerOne)
 }
@@ -186,8 +206,9 @@ func testStaleHolderWritesAfterNewerOne(t *testing.T, be backend) {
 	opts := locking.Options{Lease: 200 * time.Millisecond, DisableWatchdog: true}
 	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
 		t.Run(name, func(t *testing.T) {
-			db, _ := openDB(t, be)
+			db, path := openDB(t, be)
 			s, _ := lockService(t, db, srv, opts, oblivious)
+			other, _ := lockService(t, openPath(t, path), srv, opts, oblivious)
 			id := resetItems(t, s, 10)[0]
 			ctx := t.Context()
 			rdb := srv.Client(t)
@@ -202,7 +223,7 @@ func testStaleHolderWritesAfterNewerOne(t *testing.T, be backend) {
 			require.Eventually(t, func() bool { // A holds the lock
 				return rdb.Exists(ctx, lockPrefix+"{item:"+itoa(id)+"}").Val() == 1
 			}, 5*time.Second, time.Millisecond)
-			fast, _, err := purchase(s, ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: name})
+			fast, _, err := purchase(other, ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: name})
 			require.NoError(t, err, "B gets the lock once A's lease ran out")
 			require.NoError(t, <-slow)
 
@@ -388,21 +409,22 @@ func testClosedLockClientIsUnavailable(t *testing.T, be backend) {
 }
 
 // A twin token: holder A got token T, Redis then lost its counter (FLUSHALL) before A wrote,
-// and B, floored by the stored fence that does not know T yet, got T as well. B writes first;
-// A's write with the same token is refused by the strict fence (fence_token < T), and its
-// retry takes a new lock and a greater token. No two orders ever carry one token.
+// and B (another process), floored by the stored fence that does not know T yet, got T as
+// well. B writes first; A's write with the same token is refused by the strict fence
+// (fence_token < T), and its retry takes a new lock and a greater token. No token is ever
+// written by two transactions.
 func TestTwinTokenAfterCounterLossIsRefused(t *testing.T) {
 	forEachBackend(t, testTwinTokenAfterCounterLossIsRefused)
 }
 
 func testTwinTokenAfterCounterLossIsRefused(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t, be)
+	db, path := openDB(t, be)
 	rdb := warmClient(t, srv)
 	lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix})
 	t.Cleanup(func() { _ = lc.Close() })
 	const marker = 50 * time.Millisecond // A's work: B buys in the middle of it
-	var s *inventory.Service
+	var s, other *inventory.Service
 	var bToken int64
 	var once sync.Once
 	var buyInTheMiddle func(ctx context.Context) error
@@ -415,12 +437,13 @@ func testTwinTokenAfterCounterLossIsRefused(t *testing.T, be backend) {
 	}
 	buyInTheMiddle = func(ctx context.Context) error {
 		require.NoError(t, rdb.FlushAll(ctx).Err())
-		rec, err := s.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: 1, Quantity: 1, Strategy: inventory.StrategyLockGuard})
+		rec, err := other.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: 1, Quantity: 1, Strategy: inventory.StrategyLockGuard})
 		require.NoError(t, err, "B buys while A works")
 		bToken = rec.FenceToken
 		return nil
 	}
 	s = newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Sleep: sleep})
+	other = newService(t, inventory.Config{DB: openPath(t, path), Locker: inventory.NewLocker(lc)})
 	id := resetItems(t, s, 100)[0]
 	require.EqualValues(t, 1, id)
 	for i := 0; i < 3; i++ {
@@ -435,10 +458,6 @@ func testTwinTokenAfterCounterLossIsRefused(t *testing.T, be backend) {
 
 	orders := ordersOf(t, s, id)
 	require.Len(t, orders, 5)
-	seen := map[int64]bool{}
-	for _, o := range orders {
-		assert.False(t, seen[o.FenceToken], "token %d written twice", o.FenceToken)
-		seen[o.FenceToken] = true
-	}
+	assertOneWritePerToken(t, orders)
 	assert.Equal(t, 5, statsOf(t, s, id).SoldUnits)
 }

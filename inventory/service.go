@@ -31,6 +31,13 @@ type Config struct {
 	// unavailable: OnRedisDownFail (default) answers ErrUnavailable, OnRedisDownGuard sells
 	// through the database guard alone (degraded.go). The admission limit follows it.
 	OnRedisDown string
+	// MaxBatch is the most purchases of one item one lock hold of lock+guard and
+	// redlock+guard sells in this process (coalescing); 0 means DefaultMaxBatch, 1 one
+	// purchase per hold (no coalescing).
+	MaxBatch int
+	// Holds, if set, receives every coalesced lock hold (metrics).
+	Holds HoldObserver
+
 	// Sleep spends the simulated work; tests may replace it. Default: a timer that ends early
 	// with ctx's error when ctx ends.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -79,6 +86,7 @@ type Service struct {
 	keys       keyed[string] // idempotency keys in flight in this process
 	deps       deps          // what the strategies share; deps.observe reports each attempt
 	stallFor   time.Duration
+	life       *lifecycle // the coalescing workers
 }
 
 // NewService returns a Service over cfg. It fails when cfg.DB is nil or cfg.Default is not a
@@ -102,10 +110,21 @@ func NewService(cfg Config) (*Service, error) {
 	if !ValidOnRedisDown(cfg.OnRedisDown) {
 		return nil, fmt.Errorf("inventory: OnRedisDown %q: want %q or %q", cfg.OnRedisDown, OnRedisDownFail, OnRedisDownGuard)
 	}
+	switch {
+	case cfg.MaxBatch < 0:
+		return nil, fmt.Errorf("inventory: Config.MaxBatch %d is negative", cfg.MaxBatch)
+	case cfg.MaxBatch == 0:
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	st, err := newStore(cfg.DB, cfg.WriteTimeout)
+	if err != nil {
+		return nil, err
+	}
 	s := &Service{
 		stallFor:  cfg.StallFor,
 		db:        cfg.DB,
-		store:     newStore(cfg.DB, cfg.WriteTimeout),
+		store:     st,
+		life:      newLifecycle(),
 		log:       cfg.Logger,
 		def:       cfg.Default,
 		checks:    cfg.Checks,
@@ -115,7 +134,8 @@ func NewService(cfg Config) (*Service, error) {
 		pitfalls:  cfg.Pitfalls,
 	}
 	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger,
-		obs: cfg.Observer, stallFor: cfg.StallFor, stallLocker: cfg.StallLocker}
+		obs: cfg.Observer, stallFor: cfg.StallFor, stallLocker: cfg.StallLocker,
+		life: s.life, holds: cfg.Holds}
 	s.deps = d
 	s.strategies = make(map[string]strategy, len(strategyTable))
 	for _, st := range strategyTable {
@@ -129,6 +149,15 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("inventory: default strategy %q is not offered (offered: %v)", s.def, s.names)
 	}
 	return s, nil
+}
+
+// Close stops the service's coalescing workers (lock+guard and redlock+guard with MaxBatch >
+// 1): a lock wait in progress ends, purchases still queued are answered ErrUnavailable, and
+// later purchases of those strategies too. It returns once every worker has ended. Call it
+// after the HTTP server has drained its requests, before closing the database and Redis.
+func (s *Service) Close() error {
+	s.life.close()
+	return nil
 }
 
 // Strategies returns the names of the strategies this service offers, in a fixed order.
@@ -146,7 +175,20 @@ func (s *Service) DefaultStrategy() string { return s.def }
 // retry; nothing written), ErrUnavailable (lock service down, or the database busy after one
 // retry). When ctx ends first, the error is ctx's (wrapped in ErrLockTimeout if it ended a
 // wait for a lock). Other errors are unexpected. A failed purchase writes nothing.
+//
+// The receipt's Spent, and SpentOf(err) for an error, tell what the purchase cost: its
+// simulated work and its wait for the lock.
 func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, error) {
+	sp := &spent{}
+	rec, err := s.purchase(ctx, req, sp)
+	if err != nil {
+		return Receipt{}, &spentError{err: err, spent: sp.get()}
+	}
+	rec.Spent = sp.get()
+	return rec, nil
+}
+
+func (s *Service) purchase(ctx context.Context, req PurchaseRequest, sp *spent) (Receipt, error) {
 	st, name, err := s.validate(&req)
 	if err != nil {
 		return Receipt{}, err
@@ -159,6 +201,7 @@ func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, e
 		fingerprint: fingerprint(req.ItemID, req.Quantity),
 		stall:       req.Stall,
 		crash:       req.Crash,
+		spent:       sp,
 	}
 	if p.key == "" {
 		return s.admitAndRun(ctx, st, name, p)

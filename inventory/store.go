@@ -19,9 +19,10 @@ type purchase struct {
 	work        time.Duration
 	key         string // idempotency key; "" for none
 	fingerprint string
-	stall       bool // the demo stall fault (events.go)
-	degraded    bool // sold without the lock, Redis being unavailable (degraded.go)
-	crash       bool // the demo crash fault of setnx-expire
+	stall       bool   // the demo stall fault (events.go)
+	degraded    bool   // sold without the lock, Redis being unavailable (degraded.go)
+	crash       bool   // the demo crash fault of setnx-expire
+	spent       *spent // what it cost so far (Service.Purchase reports it); nil: not recorded
 }
 
 // row is what a strategy reads of an item.
@@ -46,14 +47,22 @@ type store struct {
 	gate chan struct{}
 	// writeTimeout bounds a write transaction from BEGIN to COMMIT.
 	writeTimeout time.Duration
+
+	sqlDB *sql.DB     // db's pool, for the hand-written statements of the hot path
+	q     *statements // those statements, in db's dialect
 }
 
-func newStore(db *gorm.DB, writeTimeout time.Duration) store {
-	st := store{db: db, writeTimeout: writeTimeout}
-	if models.BackendOfDB(db).OneWriter() {
+func newStore(db *gorm.DB, writeTimeout time.Duration) (store, error) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return store{}, fmt.Errorf("inventory: %w", err)
+	}
+	be := models.BackendOfDB(db)
+	st := store{db: db, writeTimeout: writeTimeout, sqlDB: sqlDB, q: newStatements(be == models.Postgres)}
+	if be.OneWriter() {
 		st.gate = make(chan struct{}, 1)
 	}
-	return st
+	return st, nil
 }
 
 // read returns the item's stock and fence token, in a statement of its own (no transaction).
@@ -193,6 +202,7 @@ func insertOrder(tx *gorm.DB, p purchase, strategy string, token int64, remainin
 		Fingerprint: p.fingerprint,
 		Remaining:   remaining,
 		Degraded:    p.degraded,
+		BatchID:     newBatchID(),
 	}
 	if p.key != "" {
 		key := p.key
@@ -251,13 +261,7 @@ func (st store) tx(ctx context.Context, fn func(tx *gorm.DB) error) (err error) 
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.writeTimeout)
 	defer cancel()
-	defer func() {
-		if err != nil && wctx.Err() != nil && !isDomain(err) {
-			// %v: past its deadline the purchase is not retried, even after a busy error.
-			err = fmt.Errorf("%w: database: write transaction exceeded its %s deadline, rolled back: %v",
-				ErrUnavailable, st.writeTimeout, err)
-		}
-	}()
+	defer func() { err = st.deadlineErr(wctx, err) }()
 	tx := st.db.WithContext(wctx).Begin()
 	if tx.Error != nil {
 		return tx.Error
@@ -273,12 +277,29 @@ func (st store) tx(ctx context.Context, fn func(tx *gorm.DB) error) (err error) 
 	}
 	committed = true // from here on, a rollback is the server's decision
 	if err := tx.Commit().Error; err != nil {
-		if models.IsUnavailable(err) && !models.IsBusy(err) {
-			return fmt.Errorf("%w: %w", errOutcomeUnknown, err)
-		}
-		return err
+		return commitErr(err)
 	}
 	return nil
+}
+
+// deadlineErr is the error of a write transaction whose deadline (wctx's) has passed: err
+// becomes ErrUnavailable, not retried.
+func (st store) deadlineErr(wctx context.Context, err error) error {
+	if err != nil && wctx.Err() != nil && !isDomain(err) {
+		// %v: past its deadline the purchase is not retried, even after a busy error.
+		return fmt.Errorf("%w: database: write transaction exceeded its %s deadline, rolled back: %v",
+			ErrUnavailable, st.writeTimeout, err)
+	}
+	return err
+}
+
+// commitErr is the error of a failed COMMIT: a lost answer (the connection broke, not busy)
+// leaves the outcome unknown.
+func commitErr(err error) error {
+	if models.IsUnavailable(err) && !models.IsBusy(err) {
+		return fmt.Errorf("%w: %w", errOutcomeUnknown, err)
+	}
+	return err
 }
 
 // errOutcomeUnknown: the COMMIT was sent and its answer lost; the purchase may or may not

@@ -43,13 +43,13 @@ var strategyTable = []StrategyInfo{
 		build: func(d deps, cfg Config) strategy { return lock{deps: d, locker: cfg.Locker} }},
 	{Name: StrategyGuard, HowIt: "work, then UPDATE ... WHERE stock >= ? and the order in one transaction", Safe: true, Safety: "safe: every conflict lands on the database",
 		build: func(d deps, _ Config) strategy { return guard{d} }},
-	{Name: StrategyLockGuard, HowIt: "Redis lock; inside it work, then the guarded update with the fence check", Safe: true, Safety: "safe even when the lock is lost: a stale holder's write is refused",
+	{Name: StrategyLockGuard, HowIt: "Redis lock; inside it work, then the guarded update with the fence check (one hold sells to every waiting buyer)", Safe: true, Safety: "safe even when the lock is lost: a stale holder's write is refused",
 		build: func(d deps, cfg Config) strategy {
-			return lockGuard{deps: d, locker: cfg.Locker, name: StrategyLockGuard, onDown: cfg.OnRedisDown}
+			return newLockGuard(d, cfg.Locker, StrategyLockGuard, cfg.MaxBatch, cfg.OnRedisDown)
 		}},
 	{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Safety: "as lock+guard", Redlock: true,
 		build: func(d deps, cfg Config) strategy {
-			return lockGuard{deps: d, locker: cfg.Redlock, name: StrategyRedlockGuard, onDown: cfg.OnRedisDown}
+			return newLockGuard(d, cfg.Redlock, StrategyRedlockGuard, cfg.MaxBatch, cfg.OnRedisDown)
 		}},
 	// The demo strategies (demo.go): the articles' broken locks, then the lockless alternatives.
 	{Name: StrategySetnxExpire, HowIt: "lock by SETNX, then EXPIRE as a second command; naive inside", Demo: true,
@@ -123,6 +123,9 @@ type deps struct {
 	obs         Observer      // nil: nobody is told (events.go)
 	stallFor    time.Duration // the demo stall fault's length; 0: off
 	stallLocker Locker        // the lock of a stalled purchase: no watchdog
+
+	life  *lifecycle   // owner of the coalescing workers
+	holds HoldObserver // nil: none
 }
 
 // naive reads the stock (a statement of its own), checks it, works, then writes the stock it
@@ -160,7 +163,7 @@ func readCheckWorkWrite(ctx, workCtx context.Context, d deps, p purchase, name s
 	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
 		return Receipt{}, err
 	}
-	if err := d.sleep(workCtx, p.work); err != nil {
+	if err := d.work(workCtx, p); err != nil {
 		return Receipt{}, lostOr(ctx, workCtx, err, p.itemID)
 	}
 	if err := workCtx.Err(); err != nil {
@@ -177,7 +180,7 @@ func readCheckWorkWrite(ctx, workCtx context.Context, d deps, p purchase, name s
 type guard struct{ deps }
 
 func (s guard) buy(ctx context.Context, p purchase) (Receipt, error) {
-	if err := s.sleep(ctx, p.work); err != nil {
+	if err := s.work(ctx, p); err != nil {
 		return Receipt{}, err
 	}
 	if err := s.stall(ctx, p, StrategyGuard); err != nil {
@@ -195,12 +198,39 @@ type lock struct {
 }
 
 func (s lock) buy(ctx context.Context, p purchase) (Receipt, error) {
+	start := time.Now()
 	held, err := s.obtainObserved(ctx, s.locker, p, StrategyLock, 0)
+	p.spent.addLock(time.Since(start))
 	if err != nil {
 		return Receipt{}, err
 	}
 	defer s.release(ctx, held)
 	return readCheckWorkWrite(ctx, held.Context(ctx), s.deps, p, StrategyLock, held.Token())
+}
+
+// newLockGuard returns lock+guard (or redlock+guard, with a Redlock locker): coalesced when a
+// hold may sell to several buyers (maxBatch > 1), one purchase per hold otherwise.
+func newLockGuard(d deps, l Locker, name string, maxBatch int, onDown string) strategy {
+	single := lockGuard{deps: d, locker: l, name: name, onDown: onDown}
+	if maxBatch == 1 {
+		return single
+	}
+	return faultRouter{single: single, coalesced: newCoalesced(d, l, name, maxBatch, onDown)}
+}
+
+// faultRouter sends a purchase with a demo fault (the lab's stall, which holds its own lock
+// past its lease) to the one-purchase-per-hold path, so that the fault stops that purchase and
+// not a whole batch; every other purchase is coalesced.
+type faultRouter struct {
+	single    lockGuard
+	coalesced *coalesced
+}
+
+func (r faultRouter) buy(ctx context.Context, p purchase) (Receipt, error) {
+	if p.stall || p.crash {
+		return r.single.buy(ctx, p)
+	}
+	return r.coalesced.buy(ctx, p)
 }
 
 // lockGuard holds the item's lock, works under it, then writes with the guard and the fence
@@ -224,7 +254,9 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
 		return Receipt{}, err
 	}
+	start := time.Now()
 	held, err := s.obtainObserved(ctx, s.locker, p, s.name, r.FenceToken)
+	p.spent.addLock(time.Since(start))
 	if sellsDegraded(s.onDown, err) {
 		return sellDegraded(ctx, s.deps, p, s.name)
 	}
@@ -233,7 +265,7 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	}
 	defer s.release(ctx, held)
 	lctx := held.Context(ctx)
-	if err := s.sleep(lctx, p.work); err != nil {
+	if err := s.work(lctx, p); err != nil {
 		return Receipt{}, lostOr(ctx, lctx, err, p.itemID)
 	}
 	if err := lctx.Err(); err != nil {

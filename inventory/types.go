@@ -56,8 +56,9 @@ type Receipt struct {
 	Degraded   bool   `json:"degraded,omitempty"` // sold by the guard alone, Redis being down (fence_token 0)
 	// Retries counts the version conflicts (optimistic) or aborted transactions (watch) the
 	// purchase went through before it succeeded.
-	Retries  int  `json:"retries,omitempty"`
-	Replayed bool `json:"-"` // true when an earlier order with the same key was returned
+	Retries  int   `json:"retries,omitempty"`
+	Replayed bool  `json:"-"` // true when an earlier order with the same key was returned
+	Spent    Spent `json:"-"` // what this request cost: work spent, lock wait
 }
 
 // OrderQuery selects orders for verification, ascending by id.
@@ -99,7 +100,8 @@ type Order struct {
 	Strategy       string
 	FenceToken     int64
 	IdempotencyKey *string
-	Degraded       bool // sold by the guard alone while Redis was unavailable
+	Degraded       bool  // sold by the guard alone while Redis was unavailable
+	BatchID        int64 // the write transaction that stored it (one per lock hold for lock+guard)
 	CreatedAt      time.Time
 }
 

@@ -30,7 +30,9 @@ type Item struct {
 // request (item and quantity) that used the key, and Remaining is the stock left right after
 // this purchase, kept so that a replay can rebuild the original response. Degraded is true for
 // an order sold through the database guard alone while Redis was unavailable
-// (--on-redis-down=guard): its FenceToken is 0.
+// (--on-redis-down=guard): its FenceToken is 0. BatchID names the
+// write transaction that stored the order: the orders of one coalesced lock hold share it (and
+// their fence token), so "one write transaction per fence token" can be checked.
 type Order struct {
 	ID             int64   `gorm:"primaryKey"`
 	ItemID         int64   `gorm:"index;not null"`
@@ -41,5 +43,6 @@ type Order struct {
 	Fingerprint    string  `gorm:"not null;default:''"`
 	Remaining      int     `gorm:"not null"`
 	Degraded       bool    `gorm:"not null;default:false"`
+	BatchID        int64   `gorm:"not null;default:0"`
 	CreatedAt      time.Time
 }

@@ -1,0 +1,437 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultMaxBatch is the default of Config.MaxBatch: the most purchases one lock hold sells.
+const DefaultMaxBatch = 64
+
+// maxReadmits bounds how often one hold reads again and admits again after its guarded update
+// found less stock than it had read (another writer without the lock).
+const maxReadmits = 3
+
+// HoldObserver receives one call per lock hold of a coalesced strategy (metrics). It must be
+// quick: it runs on the item's worker.
+type HoldObserver interface {
+	// Hold reports a hold of itemID's lock that wrote orders orders (0 when it sold nothing:
+	// every admitted buyer left, failed or was a replay, or the lock was lost).
+	Hold(strategy string, itemID int64, orders int)
+}
+
+// coalesced is lock+guard (and redlock+guard) when a hold may sell to several buyers
+// (Config.MaxBatch > 1). In each process, the purchases of one item wait in a local queue for
+// the item's worker, which owns the hold: the worker, on a context no buyer can cancel, takes
+// the item's lock once (floored by the stored fence), reads the stock once, admits waiting
+// purchases in arrival order while they fit (answering the others sold out or insufficient
+// stock at once, with no work spent), runs the admitted purchases' work concurrently, each
+// under its buyer's context joined with the lock's, and writes every completed purchase in one
+// transaction (store.writeBatch). Then it releases the lock, so that other processes get their
+// turn, and serves the next batch. The fence check is unchanged: one write per hold, with the
+// hold's token, refused when a newer token has written.
+type coalesced struct {
+	deps
+	locker   Locker
+	name     string
+	maxBatch int
+	onDown   string // Config.OnRedisDown: sell through the guard alone when the lock service is down
+
+	mu    sync.Mutex
+	items map[int64]*itemQueue // items with a running worker
+}
+
+func newCoalesced(d deps, l Locker, name string, maxBatch int, onDown string) *coalesced {
+	return &coalesced{deps: d, locker: l, name: name, maxBatch: maxBatch, onDown: onDown, items: make(map[int64]*itemQueue)}
+}
+
+// itemQueue is one item's queue and what its worker knows of the item. pending is guarded by
+// coalesced.mu; the other fields belong to the worker.
+type itemQueue struct {
+	id      int64
+	pending []*waiter // arrival order; only the worker removes entries, from the front
+
+	known bool  // stock and fence were read by this worker
+	stock int   // the stock after this worker's last read or write
+	fence int64 // the stored fence token last seen: the floor of the next token
+}
+
+// A waiter's state: a buyer may leave while waiting, until the worker claims it for the write.
+const (
+	stateWaiting   int32 = iota
+	stateClaimed         // in the hold's write: its buyer waits for the answer
+	stateAbandoned       // its buyer left: the worker skips it
+)
+
+// waiter is one purchase waiting for, or served by, its item's worker.
+type waiter struct {
+	ctx      context.Context // the buyer's
+	p        purchase
+	enqueued time.Time
+	state    atomic.Int32
+	admitted atomic.Bool
+	done     chan answer // buffered (1): answering never blocks the worker
+	workErr  error       // the outcome of its work; owned by the hold
+}
+
+type answer struct {
+	rec Receipt
+	err error
+}
+
+// answer gives the buyer its outcome; a waiter is answered once.
+func (w *waiter) answer(rec Receipt, err error) {
+	select {
+	case w.done <- answer{rec, err}:
+	default: // already answered: cannot happen, and must never block the worker
+	}
+}
+
+func (s *coalesced) buy(ctx context.Context, p purchase) (Receipt, error) {
+	w := &waiter{ctx: ctx, p: p, enqueued: time.Now(), done: make(chan answer, 1)}
+	if err := s.enqueue(w); err != nil {
+		return Receipt{}, err
+	}
+	// For the observer (the lab), a coalesced purchase waits for the item's lock from its
+	// arrival in the queue until a hold admits or answers it.
+	s.emit(Event{Kind: EventWait, ItemID: p.itemID, Strategy: s.name, Quantity: p.quantity})
+	select {
+	case a := <-w.done:
+		return a.rec, a.err
+	case <-ctx.Done():
+	}
+	if w.state.CompareAndSwap(stateWaiting, stateAbandoned) { // left out of any write
+		if !w.admitted.Load() {
+			p.spent.addLock(time.Since(w.enqueued))
+			return Receipt{}, fmt.Errorf("%w: item %d: %w", ErrLockTimeout, p.itemID, ctx.Err())
+		}
+		return Receipt{}, ctx.Err()
+	}
+	// Claimed for the hold's write, which is short and never abandoned: its answer comes.
+	a := <-w.done
+	return a.rec, a.err
+}
+
+// enqueue appends w to its item's queue and starts the item's worker if none runs.
+func (s *coalesced) enqueue(w *waiter) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.items[w.p.itemID]
+	if q == nil {
+		if !s.life.add() {
+			return fmt.Errorf("%w: the service is shutting down", ErrUnavailable)
+		}
+		q = &itemQueue{id: w.p.itemID}
+		s.items[q.id] = q
+		go s.run(q) // owner: the Service (life), whose Close waits for it
+	}
+	q.pending = append(q.pending, w)
+	return nil
+}
+
+// run is the item's worker: one hold after the other while purchases wait; it ends when the
+// queue is empty (the next purchase starts a new worker) or the service closes.
+func (s *coalesced) run(q *itemQueue) {
+	defer s.life.wg.Done()
+	for {
+		s.mu.Lock()
+		live := q.pending[:0]
+		for _, w := range q.pending {
+			if w.state.Load() != stateAbandoned {
+				live = append(live, w)
+			}
+		}
+		clear(q.pending[len(live):])
+		q.pending = live
+		if len(q.pending) == 0 || s.life.ctx.Err() != nil {
+			for _, w := range q.pending {
+				w.answer(Receipt{}, fmt.Errorf("%w: the service is shutting down", ErrUnavailable))
+			}
+			delete(s.items, q.id)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		s.hold(q)
+	}
+}
+
+// answerFront answers, with err, the waiters among the first n entries of the queue (all of
+// them for n < 0) and removes those entries.
+func (s *coalesced) answerFront(q *itemQueue, n int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n < 0 || n > len(q.pending) {
+		n = len(q.pending)
+	}
+	for _, w := range q.pending[:n] {
+		if w.state.Load() != stateAbandoned {
+			w.p.spent.addLock(time.Since(w.enqueued))
+			s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
+			w.answer(Receipt{}, err)
+		}
+	}
+	q.pending = append([]*waiter(nil), q.pending[n:]...)
+}
+
+// hold serves one batch of the item's queue under one hold of its lock.
+func (s *coalesced) hold(q *itemQueue) {
+	ctx := s.life.ctx
+	if !q.known || q.stock <= 0 {
+		// Not known yet, or sold out when last seen: one read without the lock answers a
+		// sold-out queue at once (and gives the floor of the token).
+		r, err := s.store.readFast(ctx, q.id)
+		if err != nil {
+			s.answerFront(q, -1, err)
+			return
+		}
+		q.known, q.stock, q.fence = true, r.Stock, r.FenceToken
+		if err := checkStock(q.id, r.Stock, 1); err != nil {
+			s.answerFront(q, -1, err) // sold out: event point of every refused buyer
+			return
+		}
+	}
+	s.mu.Lock()
+	n := len(q.pending) // the purchases this hold is taken for
+	s.mu.Unlock()
+
+	held, err := obtain(ctx, s.locker, q.id, q.fence)
+	if err != nil {
+		s.obtainFailed(q, n, err)
+		return
+	}
+	defer s.release(ctx, held)
+	written := 0
+	if s.holds != nil {
+		defer func() { s.holds.Hold(s.name, q.id, written) }()
+	}
+	token := held.Token()
+	lockCtx := held.Context(ctx)
+
+	r, err := s.store.readFast(lockCtx, q.id)
+	if err != nil {
+		if lockCtx.Err() != nil && ctx.Err() == nil {
+			return // lost before anyone was admitted: the next hold serves the queue
+		}
+		s.answerFront(q, n, err)
+		return
+	}
+	q.known, q.stock, q.fence = true, r.Stock, r.FenceToken
+	if r.FenceToken >= token {
+		// A token the database has already seen (Redis lost its counter and the floor we
+		// passed was older than the row): the fenced write would be refused. Refuse before
+		// any work; Service.run retries each purchase once, under a new hold floored by the
+		// fence just read. Event point: fence refusal.
+		s.answerFront(q, n, fmt.Errorf("%w: stale fence token %d on item %d (database has seen %d)",
+			ErrLockLost, token, q.id, r.FenceToken))
+		return
+	}
+	batch := s.admit(q, r.Stock)
+	if len(batch) == 0 {
+		return
+	}
+	written = s.sell(ctx, lockCtx, held, q, r.Stock, batch)
+}
+
+// obtainFailed answers the purchases a hold was taken for when the lock could not be
+// obtained: ErrLockTimeout (the wait ran out) or ErrUnavailable (the lock service is down).
+// With Config.OnRedisDown "guard" and the lock service down, each of them is sold through the
+// database guard alone instead (degraded.go), concurrently, each under its buyer's context.
+func (s *coalesced) obtainFailed(q *itemQueue, n int, err error) {
+	if !sellsDegraded(s.onDown, err) {
+		s.answerFront(q, n, err)
+		return
+	}
+	s.mu.Lock()
+	if n > len(q.pending) {
+		n = len(q.pending)
+	}
+	front := q.pending[:n:n]
+	q.pending = append([]*waiter(nil), q.pending[n:]...)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range front {
+		if !w.state.CompareAndSwap(stateWaiting, stateClaimed) { // its buyer left
+			continue
+		}
+		w.p.spent.addLock(time.Since(w.enqueued))
+		s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
+		wg.Add(1)
+		go func() { // owner: obtainFailed, which waits for it
+			defer wg.Done()
+			rec, err := sellDegraded(w.ctx, s.deps, w.p, s.name)
+			w.answer(rec, err)
+		}()
+	}
+	wg.Wait()
+}
+
+// admit takes the batch of this hold from the front of the queue, in arrival order, while the
+// purchases fit in stock (at most maxBatch of them). The others met on the way are answered
+// sold out or insufficient stock at once; once nothing is left, so is everyone still waiting.
+func (s *coalesced) admit(q *itemQueue, stock int) []*waiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var batch []*waiter
+	i := 0
+	for ; i < len(q.pending) && len(batch) < s.maxBatch; i++ {
+		w := q.pending[i]
+		if w.state.Load() == stateAbandoned {
+			continue
+		}
+		w.p.spent.addLock(now.Sub(w.enqueued))
+		s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity})
+		if err := checkStock(q.id, stock, w.p.quantity); err != nil {
+			w.answer(Receipt{}, err) // refused with no work spent
+			continue
+		}
+		stock -= w.p.quantity
+		w.admitted.Store(true)
+		batch = append(batch, w)
+	}
+	if stock <= 0 {
+		for ; i < len(q.pending); i++ {
+			if w := q.pending[i]; w.state.Load() != stateAbandoned {
+				w.p.spent.addLock(now.Sub(w.enqueued))
+				s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity})
+				w.answer(Receipt{}, fmt.Errorf("%w: item %d", ErrSoldOut, q.id))
+			}
+		}
+	}
+	q.pending = append([]*waiter(nil), q.pending[i:]...)
+	return batch
+}
+
+// sell runs the batch's work and writes the purchases whose work completed; it returns the
+// number of orders written.
+func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, stock int, batch []*waiter) int {
+	var wg sync.WaitGroup
+	for _, w := range batch {
+		if w.p.work <= 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() { // owner: sell, which waits for it
+			defer wg.Done()
+			w.workErr = s.work(held.Context(w.ctx), w.p)
+		}()
+	}
+	wg.Wait()
+
+	if lockCtx.Err() != nil && ctx.Err() == nil {
+		// The lock was lost before the write: nothing is written. Service.run retries each
+		// purchase once, under a new hold.
+		lost := fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
+		for _, w := range batch {
+			if err := w.ctx.Err(); err != nil {
+				w.answer(Receipt{}, err)
+			} else {
+				w.answer(Receipt{}, lost)
+			}
+		}
+		return 0
+	}
+	ready := make([]*waiter, 0, len(batch))
+	for _, w := range batch {
+		switch {
+		case w.workErr != nil:
+			w.answer(Receipt{}, w.workErr) // its own failure (or its buyer left): only its buyer
+		case !w.state.CompareAndSwap(stateWaiting, stateClaimed):
+			// Its buyer left before the write: left out, already answered.
+		default:
+			ready = append(ready, w)
+		}
+	}
+	for attempt := 0; len(ready) > 0; attempt++ {
+		ps := make([]purchase, len(ready))
+		for i, w := range ready {
+			ps[i] = w.p
+		}
+		res, err := s.store.writeBatch(ctx, q.id, stock, ps, s.name, held.Token())
+		switch {
+		case err == nil:
+			written := 0
+			for i, w := range ready {
+				if res[i].err == nil { // event point: order written
+					written++
+					q.stock -= w.p.quantity
+				}
+				w.answer(res[i].rec, res[i].err)
+			}
+			q.fence = held.Token()
+			return written
+		case errors.Is(err, errStockMoved) && attempt < maxReadmits && lockCtx.Err() == nil:
+			// Another writer took stock since the read: read again and admit again under the
+			// same hold, instead of refusing buyers who still fit.
+			r, rerr := s.store.readFast(lockCtx, q.id)
+			if rerr != nil {
+				err = rerr
+				break
+			}
+			q.stock, stock = r.Stock, r.Stock
+			ready = readmit(q.id, stock, ready)
+			continue
+		case errors.Is(err, errStockMoved):
+			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, q.id)
+		}
+		// Event point: a fence refusal (ErrLockLost) or an error; nothing was written.
+		for _, w := range ready {
+			w.answer(Receipt{}, err)
+		}
+		return 0
+	}
+	return 0
+}
+
+// readmit keeps, in order, the purchases that fit in stock and answers the others.
+func readmit(itemID int64, stock int, ready []*waiter) []*waiter {
+	kept := ready[:0]
+	for _, w := range ready {
+		if err := checkStock(itemID, stock, w.p.quantity); err != nil {
+			w.answer(Receipt{}, err)
+			continue
+		}
+		stock -= w.p.quantity
+		kept = append(kept, w)
+	}
+	return kept
+}
+
+// lifecycle owns the coalescing workers of a Service: Close cancels ctx (a lock wait or read
+// in progress ends) and waits for them.
+type lifecycle struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newLifecycle() *lifecycle {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &lifecycle{ctx: ctx, cancel: cancel}
+}
+
+// add registers a worker about to start; false once closed.
+func (l *lifecycle) add() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Add(1)
+	return true
+}
+
+func (l *lifecycle) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	l.wg.Wait()
+}
