@@ -29,6 +29,7 @@ type config struct {
 	demo            bool
 	maxInflight     int
 	instances       int // --demo: supervise this many storefront processes (supervisor.go)
+	maxBatch        int
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 }
@@ -49,6 +50,7 @@ var envOf = map[string]string{
 	"demo":                  "DEMO",
 	"max-inflight-per-item": "MAX_INFLIGHT_PER_ITEM",
 	"instances":             "INSTANCES",
+	"max-batch":             "MAX_BATCH",
 	"log-level":             "LOG_LEVEL",
 	"shutdown-timeout":      "SHUTDOWN_TIMEOUT",
 }
@@ -81,6 +83,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.instances, "instances", 0, "with --demo: serve the lab and start this many storefront processes sharing the\n"+
 		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
+	fs.IntVar(&c.maxBatch, "max-batch", inventory.DefaultMaxBatch, "most purchases of one item one lock hold of lock+guard sells (1 = one per hold)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envOf[f.Name] + "]" })
@@ -158,6 +161,8 @@ func (c config) validate() error {
 		return errors.New("--instances needs --demo (it starts the lab)")
 	case c.onRedisDown == "" || !inventory.ValidOnRedisDown(c.onRedisDown):
 		return fmt.Errorf("--on-redis-down %q: want %s or %s", c.onRedisDown, inventory.OnRedisDownFail, inventory.OnRedisDownGuard)
+	case c.maxBatch < 1 || c.maxBatch > 10000:
+		return fmt.Errorf("--max-batch %d must be 1..10000", c.maxBatch)
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
 	case c.shutdownTimeout <= 0:

@@ -134,6 +134,8 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Redlock:      redlock,
 		Admission:    admission,
 		Default:      cfg.strategy,
+		MaxBatch:     cfg.maxBatch,
+		Holds:        metrics,
 		Logger:       logger.With("component", "inventory"),
 		Checks:       rb.checks,
 		OnRedisDown:  cfg.onRedisDown,
@@ -151,6 +153,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	if err != nil {
 		return err
 	}
+	defer closeLogged(logger, "inventory workers", svc.Close) // after the requests drained
 
 	token := cfg.adminToken
 	if token == "" {

@@ -52,6 +52,46 @@ func TestConcurrentPurchasesWithRealLock(t *testing.T) {
 	assert.Contains(t, metrics, `stockguard_purchases_total{result="created",strategy="lock+guard"} 10`)
 	assert.Contains(t, metrics, `stockguard_item_stock{item_id="1",sku="T-1"} 0`)
 	assert.NotContains(t, metrics, "stockguard_lock_wait_seconds_count 0")
+	assert.Contains(t, metrics, `stockguard_holds_total{item_id="1"}`)
+	assert.Regexp(t, `stockguard_batch_size_sum 10\n`, metrics, "the holds wrote the 10 orders")
+}
+
+// serverTiming parses a Server-Timing header "work;dur=X, lock;dur=Y" into milliseconds.
+func serverTiming(t *testing.T, a answer) (work, lock float64) {
+	t.Helper()
+	h := a.header.Get("Server-Timing")
+	_, err := fmt.Sscanf(h, "work;dur=%g, lock;dur=%g", &work, &lock)
+	require.NoError(t, err, "Server-Timing %q (status %d)", h, a.status)
+	return work, lock
+}
+
+// In demo mode every purchase answer, errors too, tells the work spent and the lock wait:
+// guard spends its work before the database refuses it; lock+guard refuses a sold-out buyer
+// before any work.
+func TestServerTiming(t *testing.T) {
+	e := newEnv(t, envOptions{redis: redistest.Start(t), demo: true})
+	a := e.do("POST", "/api/items/3/purchase", `{"quantity":1}`, "X-Simulated-Work: 30ms")
+	require.Equal(t, http.StatusCreated, a.status)
+	work, lock := serverTiming(t, a)
+	assert.GreaterOrEqual(t, work, 30.0)
+	assert.GreaterOrEqual(t, lock, 0.0)
+
+	a = e.do("POST", "/api/items/3/purchase", `{"quantity":1}`, "X-Simulated-Work: 30ms", "X-Strategy: guard")
+	require.Equal(t, http.StatusConflict, a.status)
+	work, _ = serverTiming(t, a)
+	assert.GreaterOrEqual(t, work, 30.0, "guard wasted its work on a refused purchase")
+
+	a = e.do("POST", "/api/items/3/purchase", `{"quantity":1}`, "X-Simulated-Work: 30ms")
+	require.Equal(t, http.StatusConflict, a.status)
+	work, _ = serverTiming(t, a)
+	assert.Zero(t, work, "lock+guard refused it with no work spent")
+
+	a = e.do("POST", "/api/items/3/purchase", `{"quantity":0}`)
+	require.Equal(t, http.StatusBadRequest, a.status)
+	serverTiming(t, a)
+
+	plain := newEnv(t, envOptions{})
+	assert.Empty(t, plain.do("POST", "/api/items/1/purchase", `{"quantity":1}`).header.Get("Server-Timing"), "demo mode only")
 }
 
 func TestLockTimeoutThroughHTTP(t *testing.T) {

@@ -30,6 +30,8 @@ type Metrics struct {
 	lockHeld     prometheus.Histogram
 	lockRenewals prometheus.Counter
 	lockLosses   prometheus.Counter
+	batchSize    prometheus.Histogram
+	holds        *prometheus.CounterVec // by item
 	stock        *stockCollector
 	handler      http.Handler
 }
@@ -74,13 +76,22 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Namespace: metricsNamespace, Name: "lock_losses_total",
 			Help: "Locks found lost (expired or taken) while held.",
 		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "batch_size",
+			Help:    "Orders written by one coalesced lock hold (lock+guard, redlock+guard).",
+			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "holds_total",
+			Help: "Coalesced lock holds by item; rate() gives holds per second per item.",
+		}, []string{"item_id"}),
 		stock: &stockCollector{desc: prometheus.NewDesc(
 			prometheus.BuildFQName(metricsNamespace, "", "item_stock"),
 			"Current stock of each item, read from the database at scrape time.",
 			[]string{"item_id", "sku"}, nil)},
 	}
 	reg.MustRegister(m.purchases, m.purchaseTime, m.degraded, m.lockWait, m.lockHeld, m.lockRenewals,
-		m.lockLosses, m.stock,
+		m.lockLosses, m.batchSize, m.holds, m.stock,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
@@ -103,6 +114,15 @@ func (m *Metrics) LockLost(string, error) { m.lockLosses.Inc() }
 
 // LockReleased records how long a released lock was held.
 func (m *Metrics) LockReleased(_ string, held time.Duration) { m.lockHeld.Observe(held.Seconds()) }
+
+// Metrics is an inventory.HoldObserver: main passes it to the service.
+var _ inventory.HoldObserver = (*Metrics)(nil)
+
+// Hold records one coalesced lock hold of itemID and the orders it wrote.
+func (m *Metrics) Hold(_ string, itemID int64, orders int) {
+	m.batchSize.Observe(float64(orders))
+	m.holds.WithLabelValues(strconv.FormatInt(itemID, 10)).Inc()
+}
 
 // observePurchase counts one purchase under its strategy and result, and its service time
 // when the service was called (elapsed > 0).

@@ -30,6 +30,7 @@ const (
 func (s *server) purchase(c *gin.Context) {
 	req, err := s.parsePurchase(c)
 	if err != nil {
+		s.serverTiming(c, inventory.Spent{})
 		writeError(c, err)
 		s.observePurchase(c, req.Strategy, false, time.Time{})
 		return
@@ -37,10 +38,12 @@ func (s *server) purchase(c *gin.Context) {
 	start := time.Now()
 	receipt, err := s.svc.Purchase(c.Request.Context(), req)
 	if err != nil {
+		s.serverTiming(c, inventory.SpentOf(err))
 		writeError(c, err)
 		s.observePurchase(c, req.Strategy, true, start)
 		return
 	}
+	s.serverTiming(c, receipt.Spent)
 	status := http.StatusCreated
 	if receipt.Replayed {
 		status = http.StatusOK
@@ -51,6 +54,18 @@ func (s *server) purchase(c *gin.Context) {
 		s.metrics.observeDegraded(receipt.Strategy)
 	}
 }
+
+// serverTiming sets, in demo mode, the Server-Timing header of a purchase answer: the
+// simulated work spent (work) and the wait for the item's lock (lock), in milliseconds.
+func (s *server) serverTiming(c *gin.Context, sp inventory.Spent) {
+	if !s.demo {
+		return
+	}
+	c.Header("Server-Timing", "work;dur="+strconv.FormatFloat(msOf(sp.Work), 'f', 3, 64)+
+		", lock;dur="+strconv.FormatFloat(msOf(sp.Lock), 'f', 3, 64))
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // parsePurchase builds the service request from the path, headers and body.
 func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error) {

@@ -70,7 +70,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = models.Close(db) })
 	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
-	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Demo: opts.demo}
+	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Demo: opts.demo, Holds: e.metrics}
 	hooks := locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix))
 	if opts.demo {
 		e.events = handlers.NewEvents(opts.lease)
@@ -125,6 +125,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	opts.defaultStrategy = cfg.Default
 	svc, err := inventory.NewService(cfg)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = svc.Close() })
 	require.NoError(t, svc.Reset(ctx, testCatalogue))
 	e.svc, e.wrap = svc, &faultService{Service: svc}
 	h := handlers.New(handlers.Config{

@@ -204,11 +204,19 @@ func (s *coalesced) hold(q *itemQueue) {
 		s.obtainFailed(q, n, err)
 		return
 	}
-	defer s.release(ctx, held)
+	var replies []reply
 	written := 0
-	if s.holds != nil {
-		defer func() { s.holds.Hold(s.name, q.id, written) }()
-	}
+	defer func() {
+		// Release first, then answer the batch: once a buyer has its answer, the hold that
+		// served it is over (and other processes may have their turn).
+		s.release(ctx, held)
+		if s.holds != nil {
+			s.holds.Hold(s.name, q.id, written)
+		}
+		for _, r := range replies {
+			r.w.answer(r.rec, r.err)
+		}
+	}()
 	token := held.Token()
 	lockCtx := held.Context(ctx)
 
@@ -234,7 +242,14 @@ func (s *coalesced) hold(q *itemQueue) {
 	if len(batch) == 0 {
 		return
 	}
-	written = s.sell(ctx, lockCtx, held, q, r.Stock, batch)
+	replies, written = s.sell(ctx, lockCtx, held, q, r.Stock, batch)
+}
+
+// reply is an answer a hold gives once its lock is released.
+type reply struct {
+	w   *waiter
+	rec Receipt
+	err error
 }
 
 // obtainFailed answers the purchases a hold was taken for when the lock could not be
@@ -308,8 +323,9 @@ func (s *coalesced) admit(q *itemQueue, stock int) []*waiter {
 }
 
 // sell runs the batch's work and writes the purchases whose work completed; it returns the
-// number of orders written.
-func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, stock int, batch []*waiter) int {
+// batch's answers and the number of orders written.
+func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, stock int, batch []*waiter) ([]reply, int) {
+	replies := make([]reply, 0, len(batch))
 	var wg sync.WaitGroup
 	for _, w := range batch {
 		if w.p.work <= 0 {
@@ -329,18 +345,18 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 		lost := fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
 		for _, w := range batch {
 			if err := w.ctx.Err(); err != nil {
-				w.answer(Receipt{}, err)
+				replies = append(replies, reply{w: w, err: err})
 			} else {
-				w.answer(Receipt{}, lost)
+				replies = append(replies, reply{w: w, err: lost})
 			}
 		}
-		return 0
+		return replies, 0
 	}
 	ready := make([]*waiter, 0, len(batch))
 	for _, w := range batch {
 		switch {
 		case w.workErr != nil:
-			w.answer(Receipt{}, w.workErr) // its own failure (or its buyer left): only its buyer
+			replies = append(replies, reply{w: w, err: w.workErr}) // its own failure (or its buyer left): only its buyer
 		case !w.state.CompareAndSwap(stateWaiting, stateClaimed):
 			// Its buyer left before the write: left out, already answered.
 		default:
@@ -361,10 +377,10 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 					written++
 					q.stock -= w.p.quantity
 				}
-				w.answer(res[i].rec, res[i].err)
+				replies = append(replies, reply{w: w, rec: res[i].rec, err: res[i].err})
 			}
 			q.fence = held.Token()
-			return written
+			return replies, written
 		case errors.Is(err, errStockMoved) && attempt < maxReadmits && lockCtx.Err() == nil:
 			// Another writer took stock since the read: read again and admit again under the
 			// same hold, instead of refusing buyers who still fit.
@@ -374,26 +390,26 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 				break
 			}
 			q.stock, stock = r.Stock, r.Stock
-			ready = readmit(q.id, stock, ready)
+			ready = readmit(q.id, stock, ready, &replies)
 			continue
 		case errors.Is(err, errStockMoved):
 			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, q.id)
 		}
 		// Event point: a fence refusal (ErrLockLost) or an error; nothing was written.
 		for _, w := range ready {
-			w.answer(Receipt{}, err)
+			replies = append(replies, reply{w: w, err: err})
 		}
-		return 0
+		return replies, 0
 	}
-	return 0
+	return replies, 0
 }
 
 // readmit keeps, in order, the purchases that fit in stock and answers the others.
-func readmit(itemID int64, stock int, ready []*waiter) []*waiter {
+func readmit(itemID int64, stock int, ready []*waiter, replies *[]reply) []*waiter {
 	kept := ready[:0]
 	for _, w := range ready {
 		if err := checkStock(itemID, stock, w.p.quantity); err != nil {
-			w.answer(Receipt{}, err)
+			*replies = append(*replies, reply{w: w, err: err})
 			continue
 		}
 		stock -= w.p.quantity
