@@ -30,6 +30,9 @@ type findings struct {
 	WrongStrategy    int            `json:"wrong_strategy"`       // 201/200 answers or order rows naming another strategy
 	KeyConflicts     int            `json:"key_conflicts"`        // keys answered with two different order ids
 	StatsMismatch    int            `json:"stats_mismatch"`       // items whose stats disagree with their order rows
+	TokenRewrites    int            `json:"token_rewrites"`       // fence tokens written by more than one transaction (batch)
+	WorkSpentMS      float64        `json:"work_spent_ms"`        // simulated work the servers spent (Server-Timing), every attempt
+	WastedWorkMS     float64        `json:"wasted_work_ms"`       // of it, on attempts that were then refused (no 2xx)
 	Violations       []string       `json:"violations,omitempty"` // one line per broken invariant
 }
 
@@ -40,7 +43,7 @@ func (f *findings) verdict() string {
 		return VerdictOversold
 	case f.LostUpdates > 0:
 		return VerdictLostUpdate
-	case f.OrdersWithout201+f.DuplicateOrders+f.MissingOrders+f.WrongStrategy+f.KeyConflicts+f.StatsMismatch > 0:
+	case f.OrdersWithout201+f.DuplicateOrders+f.MissingOrders+f.WrongStrategy+f.KeyConflicts+f.StatsMismatch+f.TokenRewrites > 0:
 		return VerdictOrderMismatch
 	}
 	return VerdictSafe
@@ -76,6 +79,10 @@ func (f *findings) checkAnswers(asked string, purchases []*purchase) (map[string
 			replay := i >= len(p.Attempts)
 			if !replay {
 				f.StatusCounts[fmt.Sprint(r.Status)]++
+			}
+			f.WorkSpentMS += r.WorkMS
+			if r.Status < 200 || r.Status > 299 {
+				f.WastedWorkMS += r.WorkMS
 			}
 			switch {
 			case r.Status == 201 || r.Status == 200:
@@ -116,7 +123,18 @@ func (f *findings) checkOrders(expect string, purchases []*purchase, confirmed m
 	}
 	ordersByID := make(map[int64]order, len(orders))
 	perKey := map[string]int{}
+	type itemToken struct{ item, token int64 }
+	batchOf := map[itemToken]int64{}
 	for _, o := range orders {
+		// The strict fence: one write transaction per token (a coalesced hold's orders share
+		// its token and its batch id).
+		if it := (itemToken{o.ItemID, o.FenceToken}); o.FenceToken > 0 && o.BatchID != 0 {
+			if b, ok := batchOf[it]; ok && b != o.BatchID {
+				f.TokenRewrites++
+				f.violate("item %d: fence token %d written by two transactions (order %d)", o.ItemID, o.FenceToken, o.OrderID)
+			}
+			batchOf[it] = o.BatchID
+		}
 		ordersByID[o.OrderID] = o
 		if expect != "" && o.Strategy != expect {
 			f.WrongStrategy++

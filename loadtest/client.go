@@ -77,6 +77,28 @@ func truncate(b []byte, n int) []byte {
 // do sends one request and decodes a 2xx JSON body into out (if not nil). Non-2xx answers are
 // returned as *apiError.
 func (a *api) do(ctx context.Context, method, path string, hdr http.Header, in, out any) (int, error) {
+	return a.doHeader(ctx, method, path, hdr, in, out, nil)
+}
+
+// timingMS returns the dur of metric name in a Server-Timing header value, 0 when absent.
+func timingMS(header, name string) float64 {
+	for _, m := range strings.Split(header, ",") {
+		parts := strings.Split(strings.TrimSpace(m), ";")
+		if parts[0] != name {
+			continue
+		}
+		for _, p := range parts[1:] {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(p), "dur="); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+	}
+	return 0
+}
+
+// doHeader is do that also returns the answer's headers in *resHdr (when not nil).
+func (a *api) doHeader(ctx context.Context, method, path string, hdr http.Header, in, out any, resHdr *http.Header) (int, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -100,6 +122,9 @@ func (a *api) do(ctx context.Context, method, path string, hdr http.Header, in, 
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resHdr != nil {
+		*resHdr = resp.Header
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return resp.StatusCode, err
@@ -152,6 +177,7 @@ type order struct {
 	FenceToken     int64     `json:"fence_token"`
 	IdempotencyKey *string   `json:"idempotency_key"`
 	Degraded       bool      `json:"degraded"`
+	BatchID        int64     `json:"batch_id"` // the write transaction (0 from a server without it)
 	CreatedAt      time.Time `json:"created_at"`
 }
 
@@ -256,10 +282,14 @@ type purchaseResult struct {
 	Start   time.Time // when it was sent
 	Latency time.Duration
 	Err     error
+	WorkMS  float64 // simulated work the server spent on it (Server-Timing work;dur), demo mode
 }
 
 func (a *api) purchase(ctx context.Context, p purchaseReq) purchaseResult {
-	h := http.Header{"Idempotency-Key": {p.Key}}
+	h := http.Header{}
+	if p.Key != "" {
+		h.Set("Idempotency-Key", p.Key)
+	}
 	if p.Strategy != "" {
 		h.Set("X-Strategy", p.Strategy)
 	}
@@ -272,8 +302,10 @@ func (a *api) purchase(ctx context.Context, p purchaseReq) purchaseResult {
 	start := time.Now()
 	var r purchaseResult
 	path := "/api/items/" + strconv.FormatInt(p.ItemID, 10) + "/purchase"
-	r.Status, r.Err = a.do(ctx, http.MethodPost, path, h, map[string]int{"quantity": p.Quantity}, &r.Receipt)
+	var resHdr http.Header
+	r.Status, r.Err = a.doHeader(ctx, http.MethodPost, path, h, map[string]int{"quantity": p.Quantity}, &r.Receipt, &resHdr)
 	r.Start, r.Latency = start, time.Since(start)
+	r.WorkMS = timingMS(resHdr.Get("Server-Timing"), "work")
 	var ae *apiError
 	switch {
 	case r.Err == nil:

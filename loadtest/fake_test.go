@@ -156,6 +156,9 @@ func (f *fakeStore) purchase(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(work) // naive: between its read and its write; the others: before they decide
+	if f.demo {      // like the storefront: the work spent, on every answer after it
+		w.Header().Set("Server-Timing", "work;dur="+strconv.FormatFloat(float64(work)/1e6, 'f', 3, 64)+", lock;dur=0")
+	}
 	f.mu.Lock()
 	if rc, ok := f.byKey[key]; ok { // a concurrent request with this key won
 		f.mu.Unlock()

@@ -22,6 +22,7 @@ var sourceMapRE = regexp.MustCompile(`(?m)^//# sourceMappingURL=.*$`)
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"ms":    fmtMS,
 	"codes": codes,
+	"work":  fmtWork,
 }).Parse(reportHTML))
 
 // WriteHTML writes r as a self-contained HTML page with its charts.

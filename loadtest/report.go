@@ -150,7 +150,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		width = max(width, len(s.Strategy+s.Fault))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tinstances\trequests\tsold/stock\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\treq/s\tp50\tp90\tp99\tmax\t  verdict\n", width, "strategy")
+	fmt.Fprintf(tw, "%-*s\tinstances\trequests\tsold/stock\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\twasted work\treq/s\tp50\tp90\tp99\tmax\t  verdict\n", width, "strategy")
 	for _, s := range r.Strategies {
 		verdict := s.Verdict
 		switch {
@@ -159,9 +159,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		case !s.ExpectedSafe && s.Verdict != VerdictSafe:
 			verdict += " (expected)"
 		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t  %s\n",
+		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t  %s\n",
 			width, s.Strategy+s.Fault, s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
-			s.OversoldUnits, s.LostUpdates, s.OrdersWithout201, s.DuplicateOrders, s.ReqPerSec,
+			s.OversoldUnits, s.LostUpdates, s.OrdersWithout201, s.DuplicateOrders, fmtWork(s.WastedWorkMS), s.ReqPerSec,
 			fmtMS(s.Latency.P50), fmtMS(s.Latency.P90), fmtMS(s.Latency.P99), fmtMS(s.Latency.Max), verdict)
 	}
 	_ = tw.Flush()
@@ -219,6 +219,14 @@ func codes(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s:%d", k, m[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// fmtWork renders an amount of simulated work: "0" when none, else in ms or s.
+func fmtWork(ms float64) string {
+	if ms == 0 {
+		return "0"
+	}
+	return fmtMS(ms)
 }
 
 func fmtMS(ms float64) string {

@@ -38,10 +38,13 @@ func TestFakeNaiveOversellsGuardSafe(t *testing.T) {
 	assert.Equal(t, 0, rep.ExitCode)
 	assert.Positive(t, guard.Latency.P50)
 	assert.Len(t, guard.Distribution, len(distributionPercentiles))
+	assert.Positive(t, guard.WorkSpentMS, "the work is read from Server-Timing")
+	assert.LessOrEqual(t, guard.WastedWorkMS, guard.WorkSpentMS)
 
 	var buf bytes.Buffer
 	rep.WriteTable(&buf)
 	assert.Contains(t, buf.String(), "OVERSOLD (expected)")
+	assert.Contains(t, buf.String(), "wasted work")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.GreaterOrEqual(t, len(lines), 5)
 	assert.True(t, strings.HasPrefix(strings.TrimSpace(lines[3]), "naive"), lines[3])
@@ -69,6 +72,7 @@ func TestFakeReportFilesRoundTrip(t *testing.T) {
 	page := string(h)
 	assert.Contains(t, page, "Chart.js v4", "the chart library is inlined")
 	assert.Contains(t, page, `"strategy":"guard"`)
+	assert.Contains(t, page, "<th>wasted work</th>")
 	assert.NotContains(t, page, "<script src", "no external script: the page works offline")
 	assert.NotContains(t, page, "sourceMappingURL")
 }
@@ -200,6 +204,49 @@ func TestCheckFindsEachViolation(t *testing.T) {
 	assert.Equal(t, VerdictSafe, safe.verdict(), safe.Violations)
 	lost := check("guard", ps[:2], []ItemStats{{ItemID: 1, InitialStock: 3, Stock: 2, SoldUnits: 2, OrderCount: 2}}, orders[:2])
 	assert.Equal(t, VerdictLostUpdate, lost.verdict())
+}
+
+// TestCheckWastedWorkAndTokens: the work of refused attempts is wasted, the work of sold ones
+// is not; one fence token written by two transactions (batch ids) is an order mismatch.
+func TestCheckWastedWorkAndTokens(t *testing.T) {
+	key := func(s string) *string { return &s }
+	ps := []*purchase{
+		{Key: "a", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{
+			{Status: 201, WorkMS: 20, Receipt: receipt{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}},
+			{Status: 200, WorkMS: 0, Receipt: receipt{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}}}},
+		{Key: "b", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{
+			{Status: 201, WorkMS: 20, Receipt: receipt{OrderID: 2, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}}}},
+		{Key: "c", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 409, Code: "sold_out", WorkMS: 20}}},
+		{Key: "d", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 409, Code: "sold_out"}}},
+		{Key: "e", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 503, Code: "lock_lost", WorkMS: 7.5}}},
+	}
+	stats := []ItemStats{{ItemID: 1, InitialStock: 2, Stock: 0, SoldUnits: 2, OrderCount: 2}}
+	oneBatch := []order{
+		{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "lock+guard", FenceToken: 9, BatchID: 77, IdempotencyKey: key("a")},
+		{OrderID: 2, ItemID: 1, Quantity: 1, Strategy: "lock+guard", FenceToken: 9, BatchID: 77, IdempotencyKey: key("b")},
+	}
+	f := check("lock+guard", ps, stats, oneBatch)
+	assert.Equal(t, VerdictSafe, f.verdict(), f.Violations)
+	assert.InDelta(t, 67.5, f.WorkSpentMS, 1e-9)
+	assert.InDelta(t, 27.5, f.WastedWorkMS, 1e-9)
+	assert.Equal(t, 0, f.TokenRewrites)
+
+	twoBatches := append([]order(nil), oneBatch...)
+	twoBatches[1].BatchID = 78
+	f = check("lock+guard", ps, stats, twoBatches)
+	assert.Equal(t, 1, f.TokenRewrites)
+	assert.Equal(t, VerdictOrderMismatch, f.verdict())
+	assert.Contains(t, strings.Join(f.Violations, "\n"), "fence token 9 written by two transactions")
+}
+
+func TestTimingMS(t *testing.T) {
+	h := "work;dur=20.500, lock;dur=3"
+	assert.InDelta(t, 20.5, timingMS(h, "work"), 1e-9)
+	assert.InDelta(t, 3.0, timingMS(h, "lock"), 1e-9)
+	assert.Zero(t, timingMS(h, "db"))
+	assert.Zero(t, timingMS("", "work"))
+	assert.Zero(t, timingMS("work", "work"), "no dur")
+	assert.InDelta(t, 1.25, timingMS(`cache;desc="hit", work;desc="x";dur=1.25`, "work"), 1e-9)
 }
 
 func TestExpectedSafe(t *testing.T) {

@@ -135,6 +135,11 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 	}
 	assert.Equal(t, 0, rep.ExitCode)
 	assert.Empty(t, rep.Failed)
+	// The work is read from the Server-Timing header; a lock strategy decides before any work.
+	for _, s := range []string{"lock", "lock+guard"} {
+		assert.Positive(t, res[s].WorkSpentMS, s)
+		assert.Zero(t, res[s].WastedWorkMS, "%s spends work only on purchases it sells", s)
+	}
 
 	// The JSON report parses and its numbers agree with /api/stats (the last strategy's state).
 	path := filepath.Join(t.TempDir(), "report.json")
