@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
 )
 
 // Every write transaction has a deadline of its own: a purchase stuck behind another
@@ -237,4 +239,68 @@ func TestPostgresCrashMidStreamResolvedByReplay(t *testing.T) {
 	assert.EqualValues(t, ok.Load(), st.SoldUnits)
 	assert.Equal(t, stock, st.Stock+st.SoldUnits, "the stock adds up: nothing half-written")
 	assert.EqualValues(t, workers*perWorker, st.OrderCount, "every purchase, answered at once or on retry, is one order")
+}
+
+// The coalesced write of lock+guard (one transaction per hold, hand-written SQL) has the same
+// deadline: a hold whose guarded update waits behind another transaction's row lock gives up
+// at Config.WriteTimeout, every buyer of the batch gets ErrUnavailable, nothing is written;
+// and a connection lost in the middle of it is ErrUnavailable too, rolled back by the server.
+func TestPostgresCoalescedWriteDeadlineAndLostConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	db, dsn := openDB(t, postgresBackend)
+	rdb := warmClient(t, srv)
+	lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), WriteTimeout: 300 * time.Millisecond})
+	id := resetItems(t, s, 10)[0]
+	other := openPath(t, dsn)
+
+	buyAll := func(keys ...string) []error {
+		errs := make([]error, len(keys))
+		var wg sync.WaitGroup
+		for i, k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = s.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: id, Quantity: 1,
+					Strategy: inventory.StrategyLockGuard, IdempotencyKey: k})
+			}()
+		}
+		wg.Wait()
+		return errs
+	}
+
+	holder := other.Begin()
+	require.NoError(t, holder.Error)
+	require.NoError(t, holder.Exec("SELECT id FROM items WHERE id = ? FOR UPDATE", id).Error)
+	start := time.Now()
+	for _, err := range buyAll("d-1", "d-2", "d-3") {
+		assert.ErrorIs(t, err, inventory.ErrUnavailable)
+		assert.ErrorContains(t, err, "deadline")
+	}
+	assert.Less(t, time.Since(start), 4*time.Second, "the deadline, not the 5s statement timeout, ended it")
+	require.NoError(t, holder.Rollback().Error)
+	st := statsOf(t, s, id)
+	assert.Equal(t, 10, st.Stock, "nothing written")
+	assert.Zero(t, st.OrderCount, "the batch's inserted orders were rolled back with it")
+
+	holder = other.Begin()
+	require.NoError(t, holder.Error)
+	require.NoError(t, holder.Exec("SELECT id FROM items WHERE id = ? FOR UPDATE", id).Error)
+	done := make(chan []error, 1)
+	go func() { done <- buyAll("l-1", "l-2") }()
+	pid := waitingBackend(t, other, "UPDATE items")
+	require.NoError(t, other.Exec("SELECT pg_terminate_backend(?)", pid).Error)
+	for _, err := range <-done {
+		assert.ErrorIs(t, err, inventory.ErrUnavailable)
+	}
+	require.NoError(t, holder.Rollback().Error)
+	st = statsOf(t, s, id)
+	assert.Equal(t, 10, st.Stock, "nothing written")
+	assert.Zero(t, st.OrderCount)
+
+	for _, err := range buyAll("d-1", "l-1", "l-2") {
+		require.NoError(t, err, "the clients' retries with their keys succeed")
+	}
+	assert.Equal(t, 7, statsOf(t, s, id).Stock)
 }

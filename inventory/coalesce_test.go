@@ -88,9 +88,9 @@ type coalesceEnv struct {
 	path  string // the database file, for another process
 }
 
-func newCoalesceEnv(t *testing.T, srv *redistest.Server, stock int, sleep func(context.Context, time.Duration) error) coalesceEnv {
+func newCoalesceEnv(t *testing.T, be backend, srv *redistest.Server, stock int, sleep func(context.Context, time.Duration) error) coalesceEnv {
 	t.Helper()
-	db, path := openDB(t)
+	db, path := openDB(t, be)
 	rdb := warmClient(t, srv)
 	lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix})
 	t.Cleanup(func() { _ = lc.Close() })
@@ -105,9 +105,13 @@ func newCoalesceEnv(t *testing.T, srv *redistest.Server, stock int, sleep func(c
 // One hold sells to every waiting buyer that fits, in arrival order, in one transaction; the
 // others are answered sold out / insufficient stock at once, with no work spent.
 func TestCoalescedHoldSellsToTheQueue(t *testing.T) {
+	forEachBackend(t, testCoalescedHoldSellsToTheQueue)
+}
+
+func testCoalescedHoldSellsToTheQueue(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	var worked atomic.Int64
-	env := newCoalesceEnv(t, srv, 5, func(ctx context.Context, d time.Duration) error {
+	env := newCoalesceEnv(t, be, srv, 5, func(ctx context.Context, d time.Duration) error {
 		worked.Add(1)
 		return nil
 	})
@@ -146,11 +150,12 @@ func TestCoalescedHoldSellsToTheQueue(t *testing.T) {
 // A buyer whose context ends before the write is left out and answered; a failed work
 // affects only its buyer; the others of the batch are sold in the one write.
 func TestCoalescedBuyerLeavesOrFailsAlone(t *testing.T) {
+	be := sqliteBackend // the write path is tested on both backends above
 	srv := redistest.Start(t)
 	const failing, slow, leaves = 11 * time.Millisecond, 300 * time.Millisecond, 301 * time.Millisecond
 	errPayment := errors.New("payment declined")
 	leaving, cancel := context.WithCancel(t.Context())
-	env := newCoalesceEnv(t, srv, 10, func(ctx context.Context, d time.Duration) error {
+	env := newCoalesceEnv(t, be, srv, 10, func(ctx context.Context, d time.Duration) error {
 		switch d {
 		case failing:
 			return errPayment
@@ -187,11 +192,15 @@ func TestCoalescedBuyerLeavesOrFailsAlone(t *testing.T) {
 // A key taken by another process between the lookup and the hold's write: the insert is
 // left out (ON CONFLICT DO NOTHING), its buyer gets the replay, the batch's others are sold.
 func TestCoalescedKeyTakenElsewhereReplays(t *testing.T) {
+	forEachBackend(t, testCoalescedKeyTakenElsewhereReplays)
+}
+
+func testCoalescedKeyTakenElsewhereReplays(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	const marker = 7 * time.Millisecond
 	var other *inventory.Service
 	var otherRec inventory.Receipt
-	env := newCoalesceEnv(t, srv, 10, func(ctx context.Context, d time.Duration) error {
+	env := newCoalesceEnv(t, be, srv, 10, func(ctx context.Context, d time.Duration) error {
 		if d == marker {
 			var err error
 			otherRec, err = other.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: 1, Quantity: 2,
@@ -223,10 +232,14 @@ func TestCoalescedKeyTakenElsewhereReplays(t *testing.T) {
 // Another writer (guard, without the lock) takes stock during the hold's work: the hold's
 // update finds less than it read, reads again and admits again under the same hold.
 func TestCoalescedStockMovedReadmits(t *testing.T) {
+	forEachBackend(t, testCoalescedStockMovedReadmits)
+}
+
+func testCoalescedStockMovedReadmits(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	const marker = 7 * time.Millisecond
 	var s *inventory.Service
-	env := newCoalesceEnv(t, srv, 4, func(ctx context.Context, d time.Duration) error {
+	env := newCoalesceEnv(t, be, srv, 4, func(ctx context.Context, d time.Duration) error {
 		if d == marker {
 			_, err := s.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: 1, Quantity: 2, Strategy: inventory.StrategyGuard})
 			return err
@@ -252,8 +265,12 @@ func TestCoalescedStockMovedReadmits(t *testing.T) {
 
 // MaxBatch 1 is one purchase per hold: every order has a token of its own.
 func TestMaxBatchOneIsOnePurchasePerHold(t *testing.T) {
+	forEachBackend(t, testMaxBatchOneIsOnePurchasePerHold)
+}
+
+func testMaxBatchOneIsOnePurchasePerHold(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	rdb := warmClient(t, srv)
 	lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix})
 	t.Cleanup(func() { _ = lc.Close() })
@@ -273,8 +290,12 @@ func TestMaxBatchOneIsOnePurchasePerHold(t *testing.T) {
 // Bursts with work across two processes: batches form (fewer holds than orders), nothing is
 // oversold, each token is written once and in order.
 func TestCoalescedBurstAcrossProcesses(t *testing.T) {
+	forEachBackend(t, testCoalescedBurstAcrossProcesses)
+}
+
+func testCoalescedBurstAcrossProcesses(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, path := openDB(t)
+	db, path := openDB(t, be)
 	a, _ := lockService(t, db, srv, locking.Options{}, nil)
 	b, _ := lockService(t, openPath(t, path), srv, locking.Options{}, nil)
 	id := resetItems(t, a, 40)[0]
@@ -292,8 +313,9 @@ func TestCoalescedBurstAcrossProcesses(t *testing.T) {
 
 // Close stops the workers; a purchase after Close is unavailable, not hung.
 func TestCloseStopsWorkers(t *testing.T) {
+	be := sqliteBackend
 	srv := redistest.Start(t)
-	db, _ := openDB(t)
+	db, _ := openDB(t, be)
 	s, _ := lockService(t, db, srv, locking.Options{}, nil)
 	id := resetItems(t, s, 10)[0]
 	_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard})

@@ -62,10 +62,11 @@ func (s *spent) get() Spent {
 	return Spent{Work: time.Duration(s.work.Load()), Lock: time.Duration(s.lock.Load())}
 }
 
-// work spends p's simulated work under ctx and records the time actually spent.
+// work spends p's simulated work under ctx and records the time actually spent. Sleep is called
+// even for no work (sleepCtx returns at once): tests use it as the point before the write.
 func (d deps) work(ctx context.Context, p purchase) error {
 	if p.work <= 0 {
-		return nil
+		return d.sleep(ctx, 0)
 	}
 	start := time.Now()
 	err := d.sleep(ctx, p.work)
