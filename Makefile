@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test deps system-packages vet bench loadtest run lab screenshots
+.PHONY: test deps system-packages vet bench loadtest perf run lab screenshots
 
 ## test: install what the tests need, then vet and run every test under the race detector.
 test: deps vet
@@ -45,6 +45,12 @@ bench: deps
 LOADTEST_ARGS ?=
 loadtest: deps
 	$(GO) run ./loadtest $(LOADTEST_ARGS)
+
+## perf: same-run req/s, p50/p99 and ratios of /healthz, guard, lock+guard and lock+guard
+## --max-batch 1 (one storefront, redis-server, 64 clients, no work; 1 hot item, then 10).
+PERF_ARGS ?=
+perf: deps
+	$(GO) run ./loadtest -perf $(PERF_ARGS)
 
 ## run: the demo storefront.
 run:

@@ -35,6 +35,8 @@ type ClusterConfig struct {
 	// TopologyProxied one redis-server reached by each instance through its own in-process
 	// TCP proxy (internal/netfault), whose link the chaos can cut or slow.
 	Redis string
+	// InstanceArgs, when not nil, holds extra flags per instance (len == Instances).
+	InstanceArgs [][]string
 }
 
 // Redis topologies of a self-contained cluster.
@@ -167,6 +169,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	if cfg.Instances < 1 {
 		return nil, errors.New("instances must be at least 1")
 	}
+	if cfg.InstanceArgs != nil && len(cfg.InstanceArgs) != cfg.Instances {
+		return nil, fmt.Errorf("%d instance argument lists for %d instances", len(cfg.InstanceArgs), cfg.Instances)
+	}
 	logf := func(format string, a ...any) {
 		if cfg.Log != nil {
 			fmt.Fprintf(cfg.Log, format+"\n", a...)
@@ -211,7 +216,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 	args = append(args, cfg.Args...)
 	c.bin, c.args = bin, args
 	for i := 0; i < cfg.Instances; i++ {
-		in, err := startInstance(bin, append(args, "--redis", redisURL(i)), i, dir)
+		args := append(append([]string(nil), args...), "--redis", redisURL(i))
+		if cfg.InstanceArgs != nil {
+			args = append(args, cfg.InstanceArgs[i]...)
+		}
+		in, err := startInstance(bin, args, i, dir)
 		if err != nil {
 			return c, err
 		}

@@ -47,6 +47,8 @@ type Config struct {
 	HTMLFile    string        // write the HTML report there
 	Quiet       bool          // no progress output
 	Scenario    string        // "" (the strategy comparison) or "pitfalls" (pitfalls.go)
+	Perf        bool          // the same-run performance command instead of the comparison (perf.go)
+	Rounds      int           // -perf: measured rounds of every target
 }
 
 // maxPurchases bounds a duration-only run.
@@ -96,6 +98,8 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.HTMLFile, "html", "", "write an HTML report with charts (works offline) to this file")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress output")
 	fs.StringVar(&c.Scenario, "scenario", "", `"pitfalls": every broken lock and lockless alternative of the articles next to its fix, scripted`)
+	fs.BoolVar(&c.Perf, "perf", false, "same-run performance: one storefront and redis-server; /healthz, guard, lock+guard and lock+guard --max-batch 1 alternated on 1, then 10 items, no work (uses -duration per phase, -concurrency, -rounds, -bin, -db, -json)")
+	fs.IntVar(&c.Rounds, "rounds", 3, "-perf: measured rounds of every target (after a warm-up round)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -144,6 +148,20 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 		// Small enough for the hot item to sell out during the pause, so that a stale write of
 		// the paused holder, once resumed, puts back stock that is then sold a second time.
 		c.Stock = 50
+	}
+	if c.Perf {
+		if !set["duration"] {
+			c.Duration = 4 * time.Second
+		}
+		if !set["concurrency"] {
+			c.Concurrency = 64
+		}
+		for _, f := range []string{"target", "strategies", "rate", "work", "chaos", "html", "items", "stock", "requests", "hot", "retry", "quantity", "instances"} {
+			if set[f] {
+				return c, usageErr("-%s does not apply to -perf", f)
+			}
+		}
+		c.Requests, c.Work = 0, 0
 	}
 	if c.Rate > 0 && !set["concurrency"] {
 		c.Concurrency = 1000 // open model: a cap of requests in flight, not a number of clients
@@ -212,6 +230,10 @@ func (c *Config) validate() error {
 		return usageErr("-lease must be 100ms..1m, got %s", c.Lease)
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 10*time.Minute:
 		return usageErr("-timeout must be 100ms..10m, got %s", c.Timeout)
+	case c.Perf && (c.Rounds < 1 || c.Rounds > 100):
+		return usageErr("-rounds must be 1..100, got %d", c.Rounds)
+	case c.Perf && (c.Duration < 100*time.Millisecond || c.Duration > 10*time.Minute):
+		return usageErr("-perf: -duration (per phase) must be 100ms..10m, got %s", c.Duration)
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
 	case c.Scenario != "" && c.Scenario != "pitfalls":

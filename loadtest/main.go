@@ -14,6 +14,7 @@
 //	go run ./loadtest -target http://127.0.0.1:8080 -admin-token secret
 //	go run ./loadtest -json report.json -html report.html
 //	go run ./loadtest -scenario pitfalls           # every broken lock next to its fix
+//	go run ./loadtest -perf                        # same-run req/s, p50/p99 and ratios (make perf)
 //
 // Exit status: 0 when every strategy docs/DESIGN.md §12 calls safe kept the invariants, 1 when one broke
 // them, 2 on bad flags, unreachable targets or another error, 130 when interrupted.
@@ -54,6 +55,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.Scenario == "pitfalls" {
 		return mainPitfalls(ctx, cfg, stdout, stderr)
 	}
+	if cfg.Perf {
+		return mainPerf(ctx, cfg, stdout, stderr)
+	}
 	rep, err := Run(ctx, cfg, logw)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -81,6 +85,28 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest: FAIL: %v broke an invariant although docs/DESIGN.md calls it safe\n", rep.Failed)
 	}
 	return rep.ExitCode
+}
+
+// mainPerf runs -perf and prints its table (and writes -json).
+func mainPerf(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
+	rep, err := RunPerf(ctx, cfg, stderr)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "loadtest: interrupted; every process it started is stopped")
+			return 130
+		}
+		fmt.Fprintln(stderr, "loadtest -perf:", oneLine(err.Error()))
+		return 2
+	}
+	fmt.Fprintln(stdout)
+	rep.WriteTable(stdout)
+	if cfg.JSONFile != "" {
+		if err := rep.WriteJSON(cfg.JSONFile); err != nil {
+			fmt.Fprintln(stderr, "loadtest: write JSON report:", err)
+			return 2
+		}
+	}
+	return 0
 }
 
 func oneLine(s string) string {

@@ -280,6 +280,14 @@ func TestParseConfig(t *testing.T) {
 	assert.Equal(t, 7*time.Second, c.Duration)
 	assert.GreaterOrEqual(t, c.Timeout, 8*time.Second, "requests to a paused instance outlive the pause")
 
+	c, err = parseConfig([]string{"-perf"}, &sink)
+	require.NoError(t, err)
+	assert.True(t, c.Perf)
+	assert.Equal(t, 64, c.Concurrency, "-perf: 64 closed-loop clients")
+	assert.Equal(t, 4*time.Second, c.Duration)
+	assert.Zero(t, c.Work, "-perf: no work")
+	assert.Equal(t, 3, c.Rounds)
+
 	c, err = parseConfig([]string{"-duration", "2s"}, &sink)
 	require.NoError(t, err)
 	assert.Zero(t, c.Requests)
@@ -303,6 +311,7 @@ func TestParseConfig(t *testing.T) {
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-chaos", "pause"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-instances", "2"},
 		{"-requests", "0"}, {"-nope"}, {"extra"},
+		{"-perf", "-strategies", "guard"}, {"-perf", "-work", "1ms"}, {"-perf", "-rounds", "0"}, {"-perf", "-duration", "1ms"},
 	} {
 		_, err := parseConfig(args, &sink)
 		var ue *usageError

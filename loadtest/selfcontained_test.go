@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -333,4 +336,46 @@ func TestThreeInstancesOnPostgres(t *testing.T) {
 		assert.Equal(t, cfg.Stock, res[s].SoldUnits, "%s sells exactly the stock", s)
 	}
 	assert.Equal(t, 0, rep.ExitCode)
+}
+
+// TestPerfStructure runs -perf end to end with short phases: every target of both scenarios is
+// measured and answered with sales only, the ratios are there, the JSON report parses. It
+// asserts structure, never speed.
+func TestPerfStructure(t *testing.T) {
+	needStorefront(t)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("-perf needs redis-server (make deps installs it)")
+	}
+	cfg, err := parseConfig([]string{"-perf", "-duration", "300ms", "-rounds", "1", "-concurrency", "8", "-quiet"}, io.Discard)
+	require.NoError(t, err)
+	cfg.Bin = storefrontBin
+	rep, err := RunPerf(t.Context(), cfg, tlog{t})
+	require.NoError(t, err)
+	require.Len(t, rep.Rows, len(perfScenarios)*len(perfTargets))
+	for i, row := range rep.Rows {
+		assert.Equal(t, perfScenarios[i/len(perfTargets)], row.Items)
+		assert.Equal(t, perfTargets[i%len(perfTargets)], row.Target)
+		assert.Positive(t, row.Requests, "%d items, %s", row.Items, row.Target)
+		assert.Positive(t, row.ReqPerSec)
+		assert.LessOrEqual(t, row.P50MS, row.P99MS)
+		assert.Empty(t, row.Not2xx, "%d items, %s: every answer a sale (or ok for /healthz)", row.Items, row.Target)
+		if row.Target == perfLockGuard {
+			assert.GreaterOrEqual(t, row.MeanBatch, 1.0, "batch sizes read from /metrics")
+		}
+	}
+	assert.Len(t, rep.Ratios, 4*len(perfScenarios))
+	assert.Len(t, rep.Phases, len(perfScenarios)*len(perfTargets))
+	assert.Equal(t, "redis-server", rep.Redis)
+
+	var buf bytes.Buffer
+	rep.WriteTable(&buf)
+	assert.Contains(t, buf.String(), "lock+guard / guard")
+	assert.Contains(t, buf.String(), "lock+guard max-batch 1")
+	path := filepath.Join(t.TempDir(), "perf.json")
+	require.NoError(t, rep.WriteJSON(path))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var back PerfReport
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, rep.Rows, back.Rows)
 }

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// The same-run performance command (-perf): one storefront and a real redis-server, an SQLite
+// file; in rounds it alternates /healthz, guard, lock+guard and lock+guard with --max-batch 1,
+// each for -duration with -concurrency closed-loop clients and no simulated work, on one hot
+// item, then on 10 items. Every purchase phase starts from a fresh catalogue with a stock that
+// cannot run out, so every answer is a sale (a sold-out answer would be cheap and flatter the
+// figures): req/s counts answers, and the table shows how many were not 201. --max-batch is a
+// flag of the server, so the run starts a second storefront with --max-batch 1 on the same
+// database and Redis; only one of the two is ever under load.
+
+// perfStock is the stock of every item of a purchase phase: more than any phase can sell.
+const perfStock = 1_000_000_000
+
+// Perf targets, in the order of a round.
+const (
+	perfHealthz     = "/healthz"
+	perfGuard       = "guard"
+	perfLockGuard   = "lock+guard"
+	perfLockGuardB1 = "lock+guard max-batch 1"
+)
+
+var perfTargets = []string{perfHealthz, perfGuard, perfLockGuard, perfLockGuardB1}
+
+// perfScenarios are the item counts of the run: one hot item, then 10 items.
+var perfScenarios = []int{1, 10}
+
+// PerfReport is the outcome of -perf, as written by -json.
+type PerfReport struct {
+	StartedAt time.Time      `json:"started_at"`
+	Machine   Machine        `json:"machine"`
+	Redis     string         `json:"redis"`
+	DB        string         `json:"db"`
+	Clients   int            `json:"clients"`
+	PhaseS    float64        `json:"phase_s"` // length of one measured phase
+	Rounds    int            `json:"rounds"`
+	Rows      []PerfRow      `json:"rows"`
+	Ratios    []PerfRatio    `json:"ratios"`
+	Phases    []PerfPhaseLog `json:"phases"` // every measured phase, in run order
+}
+
+// PerfRow is one target in one scenario, over every round.
+type PerfRow struct {
+	Items     int            `json:"items"`
+	Target    string         `json:"target"`
+	Requests  int64          `json:"requests"`
+	ReqPerSec float64        `json:"req_per_s"`
+	P50MS     float64        `json:"p50_ms"`
+	P99MS     float64        `json:"p99_ms"`
+	Not2xx    map[string]int `json:"not_2xx,omitempty"`    // answers that were not a sale, by status or error
+	MeanBatch float64        `json:"mean_batch,omitempty"` // lock+guard: orders per coalesced hold
+}
+
+// PerfRatio is one ratio of req/s within a scenario.
+type PerfRatio struct {
+	Items  int     `json:"items"`
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Target float64 `json:"target,omitempty"` // the issue's target, when it has one
+}
+
+// PerfPhaseLog is one measured phase.
+type PerfPhaseLog struct {
+	Round     int     `json:"round"`
+	Items     int     `json:"items"`
+	Target    string  `json:"target"`
+	Requests  int64   `json:"requests"`
+	ReqPerSec float64 `json:"req_per_s"`
+}
+
+// perfAcc accumulates one row over the rounds.
+type perfAcc struct {
+	hist     *hdrhistogram.Histogram
+	requests int64
+	seconds  float64
+	not2xx   map[string]int
+	holds    float64
+	orders   float64
+}
+
+// RunPerf runs the performance command described by cfg (Bin, Duration, Concurrency, Rounds,
+// DB) and returns its report. Progress lines go to logw (nil: none).
+func RunPerf(ctx context.Context, cfg Config, logw io.Writer) (*PerfReport, error) {
+	logf := func(format string, a ...any) {
+		if logw != nil && !cfg.Quiet {
+			fmt.Fprintf(logw, format+"\n", a...)
+		}
+	}
+	cl, err := StartCluster(ctx, ClusterConfig{Bin: cfg.Bin, Instances: 2, DB: cfg.DB, Log: logw,
+		InstanceArgs: [][]string{nil, {"--max-batch", "1"}}})
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	if cl.Redis.Kind != "redis-server" {
+		return nil, errors.New("-perf needs a real redis-server on PATH (apt-get install redis-server)")
+	}
+	hc := newHTTPClient(cfg.Concurrency, cfg.Timeout)
+	defer hc.CloseIdleConnections()
+	front := &api{base: cl.Instances[0].URL, token: cl.AdminToken, hc: hc}
+	batch1 := &api{base: cl.Instances[1].URL, token: cl.AdminToken, hc: hc}
+
+	rep := &PerfReport{StartedAt: time.Now().UTC(), Redis: cl.Redis.Kind, DB: cl.DB, Clients: cfg.Concurrency,
+		PhaseS: cfg.Duration.Seconds(), Rounds: cfg.Rounds,
+		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version()}}
+	for _, items := range perfScenarios {
+		accs := map[string]*perfAcc{}
+		for _, t := range perfTargets {
+			accs[t] = &perfAcc{hist: hdrhistogram.New(1, 60_000_000, 3), not2xx: map[string]int{}}
+		}
+		for round := 0; round <= cfg.Rounds; round++ { // round 0 warms up and is not counted
+			for _, target := range perfTargets {
+				a := front
+				if target == perfLockGuardB1 {
+					a = batch1
+				}
+				d := cfg.Duration
+				if round == 0 {
+					d = min(d, time.Second)
+				}
+				acc := accs[target]
+				if round == 0 {
+					acc = &perfAcc{hist: hdrhistogram.New(1, 60_000_000, 3), not2xx: map[string]int{}}
+				}
+				n, took, err := perfPhase(ctx, a, target, items, cfg.Concurrency, d, acc)
+				if err != nil {
+					return nil, fmt.Errorf("%s on %d item(s): %w", target, items, err)
+				}
+				if round > 0 {
+					rep.Phases = append(rep.Phases, PerfPhaseLog{Round: round, Items: items, Target: target,
+						Requests: n, ReqPerSec: float64(n) / took.Seconds()})
+					logf("round %d, %d item(s), %-24s %8.0f req/s", round, items, target, float64(n)/took.Seconds())
+				}
+			}
+		}
+		for _, t := range perfTargets {
+			acc := accs[t]
+			row := PerfRow{Items: items, Target: t, Requests: acc.requests, ReqPerSec: float64(acc.requests) / acc.seconds,
+				P50MS: float64(acc.hist.ValueAtQuantile(50)) / 1000, P99MS: float64(acc.hist.ValueAtQuantile(99)) / 1000}
+			if len(acc.not2xx) > 0 {
+				row.Not2xx = acc.not2xx
+			}
+			if acc.holds > 0 {
+				row.MeanBatch = acc.orders / acc.holds
+			}
+			rep.Rows = append(rep.Rows, row)
+		}
+		rate := func(t string) float64 { return float64(accs[t].requests) / accs[t].seconds }
+		add := func(name string, v, target float64) {
+			rep.Ratios = append(rep.Ratios, PerfRatio{Items: items, Name: name, Value: v, Target: target})
+		}
+		lgTarget, hzTarget := 1.0, 0.0
+		if items == 1 {
+			lgTarget, hzTarget = 1.5, 0.4
+		}
+		add("lock+guard / guard", rate(perfLockGuard)/rate(perfGuard), lgTarget)
+		add("lock+guard / /healthz", rate(perfLockGuard)/rate(perfHealthz), hzTarget)
+		add("guard / /healthz", rate(perfGuard)/rate(perfHealthz), 0)
+		add("lock+guard max-batch 1 / guard", rate(perfLockGuardB1)/rate(perfGuard), 0)
+	}
+	return rep, nil
+}
+
+// perfPhase runs one target for d with clients closed-loop clients, adding its answers to acc.
+// It returns the answers counted and the phase's length.
+func perfPhase(ctx context.Context, a *api, target string, items, clients int, d time.Duration, acc *perfAcc) (int64, time.Duration, error) {
+	var ids []int64
+	purchase := target != perfHealthz
+	if purchase {
+		var err error
+		if ids, err = perfReset(ctx, a, items); err != nil {
+			return 0, 0, err
+		}
+	}
+	holds0, orders0, _ := perfBatchMetrics(ctx, a)
+	strategy := target
+	if target == perfLockGuardB1 {
+		strategy = perfLockGuard
+	}
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	type clientOut struct {
+		hist   *hdrhistogram.Histogram
+		n      int64
+		not2xx map[string]int
+	}
+	outs := make([]clientOut, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() { // owner: perfPhase, which waits for it; ends with pctx
+			defer wg.Done()
+			o := clientOut{hist: hdrhistogram.New(1, 60_000_000, 3), not2xx: map[string]int{}}
+			for i := 0; pctx.Err() == nil; i++ {
+				t0 := time.Now()
+				var status int
+				var err error
+				if purchase {
+					r := a.purchase(pctx, purchaseReq{ItemID: ids[(c+i)%len(ids)], Quantity: 1, Strategy: strategy,
+						Key: fmt.Sprintf("perf-%d-%d-%d", start.UnixNano(), c, i)})
+					status, err = r.Status, r.Err
+					if r.Code != "" {
+						err = errors.New(r.Code)
+					}
+				} else {
+					status, err = a.do(pctx, http.MethodGet, "/healthz", nil, nil, nil)
+				}
+				if pctx.Err() != nil { // cut by the end of the phase: not an answer
+					break
+				}
+				_ = o.hist.RecordValue(max(1, time.Since(t0).Microseconds()))
+				o.n++
+				switch {
+				case err != nil && status == 0:
+					o.not2xx["error"]++
+				case err != nil:
+					o.not2xx[strconv.Itoa(status)+" "+err.Error()]++
+				case status != http.StatusOK && status != http.StatusCreated:
+					o.not2xx[strconv.Itoa(status)]++
+				}
+			}
+			outs[c] = o
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	var n int64
+	for _, o := range outs {
+		n += o.n
+		acc.hist.Merge(o.hist)
+		for k, v := range o.not2xx {
+			acc.not2xx[k] += v
+		}
+	}
+	acc.requests += n
+	acc.seconds += took.Seconds()
+	if holds1, orders1, ok := perfBatchMetrics(ctx, a); ok && target == perfLockGuard {
+		acc.holds += holds1 - holds0
+		acc.orders += orders1 - orders0
+	}
+	return n, took, nil
+}
+
+// perfReset replaces the catalogue with items items of a stock no phase can sell out, and
+// returns their ids.
+func perfReset(ctx context.Context, a *api, items int) ([]int64, error) {
+	cat := make([]newItem, items)
+	for i := range cat {
+		cat[i] = newItem{SKU: fmt.Sprintf("PERF-%03d", i), Name: fmt.Sprintf("perf item %d", i), Stock: perfStock, PriceCents: 100}
+	}
+	if err := a.reset(ctx, cat); err != nil {
+		return nil, fmt.Errorf("reset: %w", err)
+	}
+	list, err := a.items(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(list))
+	for i, it := range list {
+		ids[i] = it.ID
+	}
+	if len(ids) != items {
+		return nil, fmt.Errorf("reset: %d items listed, %d asked", len(ids), items)
+	}
+	return ids, nil
+}
+
+// perfBatchMetrics reads the coalesced holds and the orders they wrote from /metrics
+// (stockguard_batch_size_count and _sum); ok is false when they cannot be read.
+func perfBatchMetrics(ctx context.Context, a *api) (holds, orders float64, ok bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/metrics", nil)
+	if err != nil {
+		return 0, 0, false
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, false
+	}
+	found := 0
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, cut := strings.Cut(sc.Text(), " ")
+		if !cut {
+			continue
+		}
+		switch name {
+		case "stockguard_batch_size_count":
+			holds, _ = strconv.ParseFloat(val, 64)
+			found++
+		case "stockguard_batch_size_sum":
+			orders, _ = strconv.ParseFloat(val, 64)
+			found++
+		}
+	}
+	return holds, orders, found == 2
+}
+
+// WriteTable prints the rows and the ratios.
+func (r *PerfReport) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "same-run performance: %d closed-loop clients, no work, %d round(s) of %gs per target, %s, %s (%d CPUs: ratios within this run)\n",
+		r.Clients, r.Rounds, r.PhaseS, r.DB, r.Redis, r.Machine.CPUs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "items\ttarget\treq/s\tp50\tp99\tmean batch\tnot 201\t\n")
+	for _, row := range r.Rows {
+		batch := "-"
+		if row.MeanBatch > 0 {
+			batch = fmt.Sprintf("%.1f", row.MeanBatch)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t\n", row.Items, row.Target, row.ReqPerSec,
+			fmtMS(row.P50MS), fmtMS(row.P99MS), batch, codes(row.Not2xx))
+	}
+	_ = tw.Flush()
+	for _, x := range r.Ratios {
+		goal := ""
+		if x.Target > 0 {
+			verdict := "met"
+			if x.Value < x.Target {
+				verdict = "MISSED"
+			}
+			goal = fmt.Sprintf("   (target >= %.1fx: %s)", x.Target, verdict)
+		}
+		fmt.Fprintf(w, "%2d item(s): %-32s %5.2fx%s\n", x.Items, x.Name, x.Value, goal)
+	}
+}
+
+// WriteJSON writes r to path.
+func (r *PerfReport) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
