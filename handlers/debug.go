@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"net/http"
+	"net/http/pprof"
 	"os"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -32,4 +34,20 @@ func (s *server) debugLocks(c *gin.Context) {
 		locks = append(locks, s.debug.HeldLocks()...)
 	}
 	c.JSON(http.StatusOK, debugLocksBody{PID: os.Getpid(), Locks: locks})
+}
+
+// servePprof serves net/http/pprof's pages under /debug/pprof/ (demo mode only).
+func servePprof(w http.ResponseWriter, r *http.Request) {
+	switch strings.TrimPrefix(r.URL.Path, "/debug/pprof/") {
+	case "cmdline":
+		pprof.Cmdline(w, r)
+	case "profile":
+		pprof.Profile(w, r)
+	case "symbol":
+		pprof.Symbol(w, r)
+	case "trace":
+		pprof.Trace(w, r)
+	default:
+		pprof.Index(w, r)
+	}
 }

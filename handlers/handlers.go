@@ -15,6 +15,7 @@
 //	GET  /api/events                 --demo only: server-sent lock and purchase events
 //	GET  /api/lab, POST /api/lab/run, /api/lab/pause, /api/lab/reset   --demo only: the lab
 //	GET  /, /static/*                the lab page (--demo) or the shop page
+//	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof)
 //	GET  /healthz, /readyz, /metrics
 //
 // A path id must be a positive decimal integer: anything else is 400 invalid_request, so 404
@@ -151,6 +152,9 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	api.GET("/events", small, s.events)
 	if s.lab != nil {
 		s.lab.routes(api)
+	}
+	if s.demo { // the profiles of README's "the purchase path at its limit"
+		r.GET("/debug/pprof/*name", small, gin.WrapF(servePprof))
 	}
 	pageRoutes(r, s.demo)
 	return r

@@ -161,3 +161,19 @@ func TestDebugLocksShowsTheHolder(t *testing.T) {
 	decode(t, e.do("GET", "/api/debug/locks", ""), &body)
 	assert.Empty(t, body.Locks, "released")
 }
+
+// Go's profiles are served in demo mode only.
+func TestPprofDemoOnly(t *testing.T) {
+	demo := newEnv(t, envOptions{demo: true})
+	a := demo.do("GET", "/debug/pprof/", "")
+	require.Equal(t, http.StatusOK, a.status)
+	assert.Contains(t, string(a.body), "goroutine")
+	a = demo.do("GET", "/debug/pprof/goroutine?debug=1", "")
+	require.Equal(t, http.StatusOK, a.status)
+	assert.Contains(t, string(a.body), "goroutine profile")
+
+	plain := newEnv(t, envOptions{})
+	a = plain.do("GET", "/debug/pprof/", "")
+	assert.Equal(t, http.StatusNotFound, a.status)
+	assert.Contains(t, string(a.body), `"code":"not_found"`)
+}
