@@ -13,7 +13,8 @@ import (
 
 // The statements of a coalesced hold's write, in portable SQL (SQLite 3.35+ and PostgreSQL both
 // have INSERT ... ON CONFLICT DO NOTHING RETURNING). They run through database/sql, without
-// GORM's statement building: the profile of the hot item showed it (see README).
+// GORM's statement building: the profile of the hot item showed it (see README). The lookup of
+// an idempotency key, done for every purchase that has one, is here too.
 const (
 	sqlReadItem    = `SELECT stock, fence_token FROM items WHERE id = ?`
 	sqlInsertOrder = `INSERT INTO orders (item_id, quantity, strategy, fence_token, idempotency_key, fingerprint,
@@ -22,6 +23,8 @@ const (
 	sqlBatchUpdate = `UPDATE items SET stock = stock - ?, fence_token = ?, updated_at = ?
 		WHERE id = ? AND stock >= ? AND fence_token < ? RETURNING stock`
 	sqlFixRemaining = `UPDATE orders SET remaining = remaining + ? WHERE batch_id = ? AND item_id = ?`
+	sqlOrderByKey   = `SELECT id, item_id, quantity, strategy, fence_token, fingerprint, remaining
+		FROM orders WHERE idempotency_key = ? LIMIT 1`
 )
 
 // rebind turns the ? placeholders of q into PostgreSQL's $1, $2... when pg is set. (The
@@ -70,7 +73,7 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 		now := time.Now().UTC()
 		batch := newBatchID()
 		total := 0
-		insert := st.q.insertOrder
+		insert := tx.StmtContext(ctx, st.q.insertOrder)
 		for i, p := range ps {
 			var key any
 			if p.key != "" {
@@ -78,7 +81,7 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 			}
 			remaining := stock - total - p.quantity
 			var id int64
-			err := tx.QueryRowContext(ctx, insert, itemID, p.quantity, strategy, token, key, p.fingerprint,
+			err := insert.QueryRowContext(ctx, itemID, p.quantity, strategy, token, key, p.fingerprint,
 				remaining, batch, now).Scan(&id)
 			if errors.Is(err, sql.ErrNoRows) { // the key is taken
 				out[i] = batchResult{err: errDuplicateKey}
@@ -95,10 +98,10 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 			return nil // every key was taken: nothing to sell
 		}
 		var left int
-		err := tx.QueryRowContext(ctx, st.q.batchUpdate, total, token, now, itemID, total, token).Scan(&left)
+		err := tx.StmtContext(ctx, st.q.batchUpdate).QueryRowContext(ctx, total, token, now, itemID, total, token).Scan(&left)
 		if errors.Is(err, sql.ErrNoRows) {
 			var r row
-			if err := tx.QueryRowContext(ctx, st.q.readItem, itemID).Scan(&r.Stock, &r.FenceToken); err != nil {
+			if err := tx.StmtContext(ctx, st.q.readItem).QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken); err != nil {
 				return err
 			}
 			if r.FenceToken >= token {
@@ -113,7 +116,7 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 		// Another writer changed the stock since the hold read it, and enough is still there:
 		// the sale stands, the remaining stock each order recorded moves by the difference.
 		if delta := left - (stock - total); delta != 0 {
-			if _, err := tx.ExecContext(ctx, st.q.fixRemaining, delta, batch, itemID); err != nil {
+			if _, err := tx.StmtContext(ctx, st.q.fixRemaining).ExecContext(ctx, delta, batch, itemID); err != nil {
 				return err
 			}
 			for i := range out {
@@ -130,20 +133,46 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 	return out, nil
 }
 
-// statements are the hand-written statements, bound for the database's dialect.
+// statements are the hand-written statements of the hot path, prepared once per store in the
+// database's dialect (database/sql keeps one prepared copy per connection: SQLite through
+// mattn/go-sqlite3 has no statement cache of its own, and preparing each statement anew showed
+// in the profile).
 type statements struct {
-	readItem, insertOrder, batchUpdate, fixRemaining string
+	readItem, insertOrder, batchUpdate, fixRemaining, orderByKey *sql.Stmt
 }
 
-func newStatements(pg bool) *statements {
-	return &statements{readItem: rebind(pg, sqlReadItem), insertOrder: rebind(pg, sqlInsertOrder),
-		batchUpdate: rebind(pg, sqlBatchUpdate), fixRemaining: rebind(pg, sqlFixRemaining)}
+func prepareStatements(ctx context.Context, db *sql.DB, pg bool) (*statements, error) {
+	q := &statements{}
+	for _, p := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{{&q.readItem, sqlReadItem}, {&q.insertOrder, sqlInsertOrder}, {&q.batchUpdate, sqlBatchUpdate},
+		{&q.fixRemaining, sqlFixRemaining}, {&q.orderByKey, sqlOrderByKey}} {
+		stmt, err := db.PrepareContext(ctx, rebind(pg, p.sql))
+		if err != nil {
+			q.close()
+			return nil, fmt.Errorf("inventory: prepare %q: %w", strings.Fields(p.sql)[0:3], err)
+		}
+		*p.dst = stmt
+	}
+	return q, nil
+}
+
+// close closes the prepared statements (after a failed prepare; otherwise they live as long as
+// the database handle, which closes them with its connections, so that a Service keeps working
+// after Close for the strategies without workers).
+func (q *statements) close() {
+	for _, s := range []*sql.Stmt{q.readItem, q.insertOrder, q.batchUpdate, q.fixRemaining, q.orderByKey} {
+		if s != nil {
+			_ = s.Close()
+		}
+	}
 }
 
 // readFast is read without GORM: the item's stock and fence token, or ErrNotFound.
 func (st store) readFast(ctx context.Context, itemID int64) (row, error) {
 	var r row
-	err := st.sqlDB.QueryRowContext(ctx, st.q.readItem, itemID).Scan(&r.Stock, &r.FenceToken)
+	err := st.q.readItem.QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken)
 	if errors.Is(err, sql.ErrNoRows) {
 		return row{}, fmt.Errorf("%w: item %d", ErrNotFound, itemID)
 	}

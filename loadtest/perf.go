@@ -66,8 +66,9 @@ type PerfRow struct {
 	ReqPerSec float64        `json:"req_per_s"`
 	P50MS     float64        `json:"p50_ms"`
 	P99MS     float64        `json:"p99_ms"`
-	Not2xx    map[string]int `json:"not_2xx,omitempty"`    // answers that were not a sale, by status or error
-	MeanBatch float64        `json:"mean_batch,omitempty"` // lock+guard: orders per coalesced hold
+	Not2xx    map[string]int `json:"not_2xx,omitempty"`               // answers that were not a sale, by status or error
+	CPUPerReq float64        `json:"server_cpu_us_per_req,omitempty"` // the storefront's CPU time per answer (Linux /proc)
+	MeanBatch float64        `json:"mean_batch,omitempty"`            // lock+guard: orders per coalesced hold
 }
 
 // PerfRatio is one ratio of req/s within a scenario.
@@ -95,6 +96,7 @@ type perfAcc struct {
 	not2xx   map[string]int
 	holds    float64
 	orders   float64
+	cpu      time.Duration // the storefront's CPU time during the phases
 }
 
 // RunPerf runs the performance command described by cfg (Bin, Duration, Concurrency, Rounds,
@@ -141,7 +143,11 @@ func RunPerf(ctx context.Context, cfg Config, logw io.Writer) (*PerfReport, erro
 				if round == 0 {
 					acc = &perfAcc{hist: hdrhistogram.New(1, 60_000_000, 3), not2xx: map[string]int{}}
 				}
-				n, took, err := perfPhase(ctx, a, target, items, cfg.Concurrency, d, acc)
+				pid := cl.Instances[0].PID()
+				if target == perfLockGuardB1 {
+					pid = cl.Instances[1].PID()
+				}
+				n, took, err := perfPhase(ctx, a, pid, target, items, cfg.Concurrency, d, acc)
 				if err != nil {
 					return nil, fmt.Errorf("%s on %d item(s): %w", target, items, err)
 				}
@@ -161,6 +167,9 @@ func RunPerf(ctx context.Context, cfg Config, logw io.Writer) (*PerfReport, erro
 			}
 			if acc.holds > 0 {
 				row.MeanBatch = acc.orders / acc.holds
+			}
+			if acc.cpu > 0 && acc.requests > 0 {
+				row.CPUPerReq = float64(acc.cpu.Microseconds()) / float64(acc.requests)
 			}
 			rep.Rows = append(rep.Rows, row)
 		}
@@ -182,7 +191,7 @@ func RunPerf(ctx context.Context, cfg Config, logw io.Writer) (*PerfReport, erro
 
 // perfPhase runs one target for d with clients closed-loop clients, adding its answers to acc.
 // It returns the answers counted and the phase's length.
-func perfPhase(ctx context.Context, a *api, target string, items, clients int, d time.Duration, acc *perfAcc) (int64, time.Duration, error) {
+func perfPhase(ctx context.Context, a *api, pid int, target string, items, clients int, d time.Duration, acc *perfAcc) (int64, time.Duration, error) {
 	var ids []int64
 	purchase := target != perfHealthz
 	if purchase {
@@ -196,6 +205,7 @@ func perfPhase(ctx context.Context, a *api, target string, items, clients int, d
 	if target == perfLockGuardB1 {
 		strategy = perfLockGuard
 	}
+	cpu0, cpuOK := procCPU(pid)
 	pctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	type clientOut struct {
@@ -244,6 +254,9 @@ func perfPhase(ctx context.Context, a *api, target string, items, clients int, d
 	}
 	wg.Wait()
 	took := time.Since(start)
+	if cpu1, ok := procCPU(pid); ok && cpuOK {
+		acc.cpu += cpu1 - cpu0
+	}
 	var n int64
 	for _, o := range outs {
 		n += o.n
@@ -259,6 +272,31 @@ func perfPhase(ctx context.Context, a *api, target string, items, clients int, d
 		acc.orders += orders1 - orders0
 	}
 	return n, took, nil
+}
+
+// procCPU returns the CPU time (user + system) process pid has used, from /proc (Linux; clock
+// ticks of 10 ms); ok is false elsewhere.
+func procCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The fields after the command name (which is in parentheses and may hold spaces).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14 of proc(5)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	const tick = 10 * time.Millisecond // USER_HZ: 100 on Linux
+	return time.Duration(utime+stime) * tick, true
 }
 
 // perfReset replaces the catalogue with items items of a stock no phase can sell out, and
@@ -325,14 +363,18 @@ func (r *PerfReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "same-run performance: %d closed-loop clients, no work, %d round(s) of %gs per target, %s, %s (%d CPUs: ratios within this run)\n",
 		r.Clients, r.Rounds, r.PhaseS, r.DB, r.Redis, r.Machine.CPUs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "items\ttarget\treq/s\tp50\tp99\tmean batch\tnot 201\t\n")
+	fmt.Fprintf(tw, "items\ttarget\treq/s\tp50\tp99\tserver CPU/req\tmean batch\tnot 201\t\n")
 	for _, row := range r.Rows {
 		batch := "-"
 		if row.MeanBatch > 0 {
 			batch = fmt.Sprintf("%.1f", row.MeanBatch)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t\n", row.Items, row.Target, row.ReqPerSec,
-			fmtMS(row.P50MS), fmtMS(row.P99MS), batch, codes(row.Not2xx))
+		cpu := "-"
+		if row.CPUPerReq > 0 {
+			cpu = fmt.Sprintf("%.0fµs", row.CPUPerReq)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", row.Items, row.Target, row.ReqPerSec,
+			fmtMS(row.P50MS), fmtMS(row.P99MS), cpu, batch, codes(row.Not2xx))
 	}
 	_ = tw.Flush()
 	for _, x := range r.Ratios {
