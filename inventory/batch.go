@@ -17,13 +17,15 @@ import (
 // an idempotency key, done for every purchase that has one, is here too.
 const (
 	sqlReadItem    = `SELECT stock, fence_token FROM items WHERE id = ?`
-	sqlInsertOrder = `INSERT INTO orders (item_id, quantity, strategy, fence_token, idempotency_key, fingerprint,
-		remaining, batch_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	sqlInsertOrder = `INSERT INTO "orders" (item_id, quantity, strategy, fence_token, idempotency_key, fingerprint,
+		remaining, batch_id, degraded, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`
+	sqlGuardUpdate = `UPDATE items SET stock = stock - ?, updated_at = ?
+		WHERE id = ? AND stock >= ? RETURNING stock`
 	sqlBatchUpdate = `UPDATE items SET stock = stock - ?, fence_token = ?, updated_at = ?
 		WHERE id = ? AND stock >= ? AND fence_token < ? RETURNING stock`
 	sqlFixRemaining = `UPDATE orders SET remaining = remaining + ? WHERE batch_id = ? AND item_id = ?`
-	sqlOrderByKey   = `SELECT id, item_id, quantity, strategy, fence_token, fingerprint, remaining
+	sqlOrderByKey   = `SELECT id, item_id, quantity, strategy, fence_token, fingerprint, remaining, degraded
 		FROM orders WHERE idempotency_key = ? LIMIT 1`
 )
 
@@ -82,7 +84,7 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 			remaining := stock - total - p.quantity
 			var id int64
 			err := insert.QueryRowContext(ctx, itemID, p.quantity, strategy, token, key, p.fingerprint,
-				remaining, batch, now).Scan(&id)
+				remaining, batch, false, now).Scan(&id)
 			if errors.Is(err, sql.ErrNoRows) { // the key is taken
 				out[i] = batchResult{err: errDuplicateKey}
 				continue
@@ -105,8 +107,7 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 				return err
 			}
 			if r.FenceToken >= token {
-				return fmt.Errorf("%w: stale fence token %d on item %d (database has seen %d)",
-					ErrLockLost, token, itemID, r.FenceToken)
+				return &staleFenceError{itemID: itemID, token: token, seen: r.FenceToken}
 			}
 			return errStockMoved
 		}
@@ -138,7 +139,7 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 // mattn/go-sqlite3 has no statement cache of its own, and preparing each statement anew showed
 // in the profile).
 type statements struct {
-	readItem, insertOrder, batchUpdate, fixRemaining, orderByKey *sql.Stmt
+	readItem, insertOrder, guardUpdate, batchUpdate, fixRemaining, orderByKey *sql.Stmt
 }
 
 func prepareStatements(ctx context.Context, db *sql.DB, pg bool) (*statements, error) {
@@ -146,7 +147,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, pg bool) (*statements, e
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
-	}{{&q.readItem, sqlReadItem}, {&q.insertOrder, sqlInsertOrder}, {&q.batchUpdate, sqlBatchUpdate},
+	}{{&q.readItem, sqlReadItem}, {&q.insertOrder, sqlInsertOrder}, {&q.guardUpdate, sqlGuardUpdate}, {&q.batchUpdate, sqlBatchUpdate},
 		{&q.fixRemaining, sqlFixRemaining}, {&q.orderByKey, sqlOrderByKey}} {
 		stmt, err := db.PrepareContext(ctx, rebind(pg, p.sql))
 		if err != nil {
@@ -162,7 +163,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, pg bool) (*statements, e
 // the database handle, which closes them with its connections, so that a Service keeps working
 // after Close for the strategies without workers).
 func (q *statements) close() {
-	for _, s := range []*sql.Stmt{q.readItem, q.insertOrder, q.batchUpdate, q.fixRemaining, q.orderByKey} {
+	for _, s := range []*sql.Stmt{q.readItem, q.insertOrder, q.guardUpdate, q.batchUpdate, q.fixRemaining, q.orderByKey} {
 		if s != nil {
 			_ = s.Close()
 		}

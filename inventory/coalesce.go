@@ -234,8 +234,7 @@ func (s *coalesced) hold(q *itemQueue) {
 		// passed was older than the row): the fenced write would be refused. Refuse before
 		// any work; Service.run retries each purchase once, under a new hold floored by the
 		// fence just read. Event point: fence refusal.
-		s.answerFront(q, n, fmt.Errorf("%w: stale fence token %d on item %d (database has seen %d)",
-			ErrLockLost, token, q.id, r.FenceToken))
+		s.answerFront(q, n, &staleFenceError{itemID: q.id, token: token, seen: r.FenceToken})
 		return
 	}
 	batch := s.admit(q, r.Stock)
