@@ -31,6 +31,8 @@ type findings struct {
 	KeyConflicts     int            `json:"key_conflicts"`        // keys answered with two different order ids
 	StatsMismatch    int            `json:"stats_mismatch"`       // items whose stats disagree with their order rows
 	TokenRewrites    int            `json:"token_rewrites"`       // fence tokens written by more than one transaction (batch)
+	WriteTxs         int            `json:"write_transactions"`   // distinct (item, batch_id) among the orders: the write transactions that sold
+	MeanBatch        float64        `json:"mean_batch"`           // orders per write transaction (> 1: coalesced holds)
 	WorkSpentMS      float64        `json:"work_spent_ms"`        // simulated work the servers spent (Server-Timing), every attempt
 	WastedWorkMS     float64        `json:"wasted_work_ms"`       // of it, on attempts that were then refused (no 2xx)
 	Violations       []string       `json:"violations,omitempty"` // one line per broken invariant
@@ -125,7 +127,16 @@ func (f *findings) checkOrders(expect string, purchases []*purchase, confirmed m
 	perKey := map[string]int{}
 	type itemToken struct{ item, token int64 }
 	batchOf := map[itemToken]int64{}
+	txs := map[itemToken]bool{} // (item, batch id)
+	defer func() {
+		if f.WriteTxs = len(txs); f.WriteTxs > 0 {
+			f.MeanBatch = float64(len(orders)) / float64(f.WriteTxs)
+		}
+	}()
 	for _, o := range orders {
+		if o.BatchID != 0 {
+			txs[itemToken{o.ItemID, o.BatchID}] = true
+		}
 		// The strict fence: one write transaction per token (a coalesced hold's orders share
 		// its token and its batch id).
 		if it := (itemToken{o.ItemID, o.FenceToken}); o.FenceToken > 0 && o.BatchID != 0 {

@@ -230,11 +230,14 @@ func TestCheckWastedWorkAndTokens(t *testing.T) {
 	assert.InDelta(t, 67.5, f.WorkSpentMS, 1e-9)
 	assert.InDelta(t, 27.5, f.WastedWorkMS, 1e-9)
 	assert.Equal(t, 0, f.TokenRewrites)
+	assert.Equal(t, 1, f.WriteTxs)
+	assert.InDelta(t, 2.0, f.MeanBatch, 1e-9, "two orders in one write transaction")
 
 	twoBatches := append([]order(nil), oneBatch...)
 	twoBatches[1].BatchID = 78
 	f = check("lock+guard", ps, stats, twoBatches)
 	assert.Equal(t, 1, f.TokenRewrites)
+	assert.Equal(t, 2, f.WriteTxs)
 	assert.Equal(t, VerdictOrderMismatch, f.verdict())
 	assert.Contains(t, strings.Join(f.Violations, "\n"), "fence token 9 written by two transactions")
 }

@@ -143,6 +143,8 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 		assert.Positive(t, res[s].WorkSpentMS, s)
 		assert.Zero(t, res[s].WastedWorkMS, "%s spends work only on purchases it sells", s)
 	}
+	assert.InDelta(t, 1.0, res["lock"].MeanBatch, 1e-9, "lock: one order per write transaction")
+	assert.GreaterOrEqual(t, res["lock+guard"].MeanBatch, 1.0)
 
 	// The JSON report parses and its numbers agree with /api/stats (the last strategy's state).
 	path := filepath.Join(t.TempDir(), "report.json")
