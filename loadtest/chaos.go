@@ -82,7 +82,7 @@ type chaos struct {
 // usesLock reports whether strategy takes the per-item Redis lock.
 func usesLock(strategy string) bool { return strategy == "lock" || strategy == "lock+guard" }
 
-// run waits a little into the run, then pauses for 3× the lease the instance that holds the hot
+// run waits a little into the run (200 ms; 20 ms for a lock strategy), then pauses for 3× the lease the instance that holds the hot
 // item's lock (any instance with requests in flight when the strategy takes no lock), and resumes
 // it. It returns early, without a pause, when stop closes first. It never leaves a process stopped.
 func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, strategy string, hotID int64, round int) *ChaosEvent {
@@ -99,7 +99,14 @@ func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, 
 			return false
 		}
 	}
-	if !wait(200 * time.Millisecond) {
+	// A lock strategy is looked at from 20 ms in: lock+guard's holds sell to every buyer
+	// waiting for them, so the hot item may be sold out, and its lock free for good, well
+	// before 200 ms.
+	first := 200 * time.Millisecond
+	if usesLock(strategy) {
+		first = 20 * time.Millisecond
+	}
+	if !wait(first) {
 		ev.Note = "the run ended before the pause"
 		return ev
 	}
