@@ -106,6 +106,7 @@ func (s *coalesced) buy(ctx context.Context, p purchase) (Receipt, error) {
 	}
 	if w.state.CompareAndSwap(stateWaiting, stateAbandoned) { // left out of any write
 		if !w.admitted.Load() {
+			s.emit(Event{Kind: EventWaitEnd, ItemID: p.itemID, Strategy: s.name, Quantity: p.quantity, Err: ctx.Err()})
 			p.spent.addLock(time.Since(w.enqueued))
 			return Receipt{}, fmt.Errorf("%w: item %d: %w", ErrLockTimeout, p.itemID, ctx.Err())
 		}
