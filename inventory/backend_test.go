@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,7 +99,20 @@ func TestPostgresConnectionLostMidTransaction(t *testing.T) {
 // transaction (its deadlock_timeout, 1s, fires first: the other one's is 10s); the retry waits
 // for the other transaction, which rolls back, and succeeds.
 func TestPostgresDeadlockRetriedOnce(t *testing.T) {
-	db, dsn := openDB(t, postgresBackend)
+	_, dsn := openDB(t, postgresBackend)
+	// PostgreSQL looks for a deadlock once, deadlock_timeout after a backend starts waiting.
+	// The purchase's check must come after t1 has joined the cycle, which on a loaded machine
+	// can take longer than the default 1s: the storefront's connections get 3s (t1's is 10s,
+	// so the purchase is the victim), still within the 5s statement timeout.
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("deadlock_timeout", "3s")
+	u.RawQuery = q.Encode()
+	db := openPath(t, u.String())
+	var dt string
+	require.NoError(t, db.Raw("SHOW deadlock_timeout").Row().Scan(&dt))
+	require.Equal(t, "3s", dt)
 	// The guard strategy calls Sleep once per attempt, before its transaction: the retry waits
 	// there until t1 is over, so that it cannot take the row before t1 and deadlock again.
 	var attempts atomic.Int64
