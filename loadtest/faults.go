@@ -31,12 +31,14 @@ func (ev *ChaosEvent) mark(start time.Time, format string, a ...any) float64 {
 //  1. SIGSTOP the replica, and CLIENT KILL TYPE replica on the master: what the master
 //     writes from now on never reaches the replica;
 //  2. let an instance take the hot lock on the master (a token the replica never sees), and
-//     SIGSTOP that holder (the GC pause that makes a stale write possible: a holder that runs
-//     sees the loss through its watchdog on the new master);
+//     SIGSTOP that holder before its write (the GC pause that makes a stale write possible: a
+//     holder that runs sees the loss through its watchdog on the new master; one stopped after
+//     its write has nothing stale left to write, so it is resumed and another is caught);
 //  3. SIGKILL the master, then SIGCONT the replica so that the Sentinels promote it (a replica
 //     still stopped when the master dies makes them give up: no-good-slave);
 //  4. once the Sentinels name the replica and another instance holds the hot lock on it,
-//     resume the stale holder.
+//     resume the stale holder. The run's duration is extended until then, and until a
+//     purchase sent after the fault is sold (fire), so that buyers keep coming.
 //
 // Between strategies the dead master is brought back as a replica of the new one (Rejoin).
 func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.Time, hotID int64) *ChaosEvent {
@@ -102,11 +104,15 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 			if in.Pause() != nil {
 				continue
 			}
-			if c.confirmOn(ctx, mc, l) {
+			// Stopped, it cannot write from now on; the lock is checked last, right before the kill.
+			if c.unwritten(ctx, i, l.Token) && c.confirmOn(ctx, mc, l) {
 				holder, lock = in, l
 				return true
 			}
-			_ = in.Resume() // it released between the look-up and the SIGSTOP
+			// It released between the look-up and the SIGSTOP, or its write already landed
+			// (stopped between its write and its release: nothing stale left to write, and
+			// the item's fence, the next lock's floor, already holds its token).
+			_ = in.Resume()
 		}
 		return false
 	})
@@ -281,6 +287,23 @@ func (c *chaos) confirmOn(ctx context.Context, rdb *redis.Client, l heldLock) bo
 	}
 	n, err := rdb.Exists(cctx, l.RedisKey).Result()
 	return err == nil && n == 1
+}
+
+// unwritten reports whether no order carries token yet, asking an instance other than the
+// stopped one (they share the database).
+func (c *chaos) unwritten(ctx context.Context, stopped int, token int64) bool {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	orders, err := c.apis[(stopped+1)%len(c.apis)].orders(cctx)
+	if err != nil {
+		return false
+	}
+	for _, o := range orders {
+		if o.FenceToken == token {
+			return false
+		}
+	}
+	return true
 }
 
 // settle fills in what the answers and the order rows tell about the fault: how long after it

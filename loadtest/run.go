@@ -246,8 +246,49 @@ func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, start time.
 	} else {
 		close(chaosDone)
 	}
+	// A failover needs buyers of the hot item until its last step (another instance holds the
+	// hot lock on the promoted replica, the stale holder is resumed), and then until a purchase
+	// sent after the fault is sold (selling resumed): the run's duration is extended until
+	// then. Each wait is bounded (faultWait). The pause and partition faults fit their default
+	// durations (3x the lease + 4s) and extend nothing.
+	var hold chan struct{}
+	loadEnded := make(chan struct{})
+	holdDone := make(chan struct{})
+	if ch != nil && ch.mode == "failover" {
+		hold = make(chan struct{})
+		go func() { // owner: fire, which closes loadEnded and waits on holdDone
+			defer close(holdDone)
+			defer close(hold)
+			select {
+			case <-chaosDone:
+			case <-loadEnded:
+				return
+			}
+			if ev == nil || ev.FaultAt == 0 {
+				return
+			}
+			fault := start.Add(time.Duration(ev.FaultAt * float64(time.Second))).UnixNano()
+			deadline := time.NewTimer(faultWait)
+			defer deadline.Stop()
+			for w.lastSold.Load() <= fault {
+				select {
+				case <-loadEnded:
+					return
+				case <-ctx.Done():
+					return
+				case <-deadline.C:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+	} else {
+		close(holdDone)
+	}
 	pr.start()
-	elapsed := w.run(ctx, seed)
+	elapsed := w.run(ctx, seed, hold)
+	close(loadEnded)
+	<-holdDone
 	close(stopChaos)
 	<-chaosDone // a pause in progress ends (the instance is resumed) before anything is checked
 	pr.finish()

@@ -65,6 +65,7 @@ type workload struct {
 
 	done, created, failed atomic.Int64 // purchases finished, 201s, attempts without 2xx/409
 	missed                atomic.Int64 // open model: arrivals dropped, the in-flight cap was reached
+	lastSold              atomic.Int64 // when the latest-sent attempt answered 201 was sent (Unix ns)
 
 	resMu   sync.Mutex
 	results []*purchase
@@ -85,6 +86,12 @@ func (w *workload) record(r purchaseResult) {
 	switch {
 	case r.Status == 201:
 		w.created.Add(1)
+		for sent := r.Start.UnixNano(); ; {
+			last := w.lastSold.Load()
+			if sent <= last || w.lastSold.CompareAndSwap(last, sent) {
+				break
+			}
+		}
 	case r.Status >= 200 && r.Status < 300, r.Code == "sold_out", r.Code == "insufficient_stock":
 	default:
 		w.failed.Add(1)
@@ -138,13 +145,32 @@ func (w *workload) execute(ctx context.Context, s spec) *purchase {
 }
 
 // run fires the workload until -requests purchases are done, -duration has passed or ctx ends.
-func (w *workload) run(ctx context.Context, seed int64) time.Duration {
+// A non-nil hold extends the duration until it is closed: a fault under way (-chaos failover)
+// needs buyers until its last step (its steps are bounded by faultWait).
+func (w *workload) run(ctx context.Context, seed int64, hold <-chan struct{}) time.Duration {
 	start := time.Now()
 	runCtx := ctx
 	if w.cfg.Duration > 0 {
 		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, w.cfg.Duration)
+		runCtx, cancel = context.WithCancel(ctx)
 		defer cancel()
+		go func() { // owner: run, whose cancel ends it
+			t := time.NewTimer(w.cfg.Duration)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-runCtx.Done():
+				return
+			}
+			if hold != nil {
+				select {
+				case <-hold:
+				case <-runCtx.Done():
+					return
+				}
+			}
+			cancel()
+		}()
 	}
 	limit := w.cfg.Requests
 	if limit == 0 {
