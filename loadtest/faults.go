@@ -307,9 +307,9 @@ func (c *chaos) unwritten(ctx context.Context, stopped int, token int64) bool {
 }
 
 // settle fills in what the answers and the order rows tell about the fault: how long after it
-// selling resumed, how many purchases were refused meanwhile, and what the faulted holder's
-// token wrote.
-func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []order, instances int) {
+// selling resumed, how many purchases were refused meanwhile, what the faulted holder's
+// token wrote and, for a failover, the next holder's token (hotID is the hot item).
+func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []order, instances int, hotID int64) {
 	if ev == nil || ev.FaultAt == 0 {
 		return
 	}
@@ -342,11 +342,27 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 	// (workload.execute). An order with the holder's token answered by another instance is
 	// the next holder's twin token (the promoted replica issued the same number again).
 	ev.HolderWrote = "nothing"
-	mine := map[int64]bool{}
+	mine := map[int64]bool{}     // orders of the holder's token answered by the holder
+	byHolder := map[int64]bool{} // every order the holder answered 201
 	for _, p := range purchases {
 		for k, r := range p.Attempts {
-			if r.Status == 201 && r.Receipt.FenceToken == ev.Token && (p.Instance+k)%instances == ev.Instance {
-				mine[r.Receipt.OrderID] = true
+			if r.Status == 201 && (p.Instance+k)%instances == ev.Instance {
+				byHolder[r.Receipt.OrderID] = true
+				if r.Receipt.FenceToken == ev.Token {
+					mine[r.Receipt.OrderID] = true
+				}
+			}
+		}
+	}
+	if ev.Mode == "failover" && ev.NewToken > 0 {
+		// The next holder is the first to lock the hot item on the promoted replica: the
+		// lowest token another instance wrote the hot item with after the fault, when lower
+		// than the one /api/debug/locks showed (a holder quicker than its polling is missed).
+		// While the stale holder was stopped, no one else held the lock on the old master.
+		for _, o := range orders {
+			if o.ItemID == hotID && o.FenceToken > 0 && !byHolder[o.OrderID] && o.CreatedAt.After(fault) &&
+				(ev.NewToken == 0 || o.FenceToken < ev.NewToken) {
+				ev.NewToken = o.FenceToken
 			}
 		}
 	}

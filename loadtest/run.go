@@ -193,7 +193,7 @@ func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: GET /api/orders: %w", label, err)
 	}
-	chaosEv.settle(start, w.results, orders, len(apis))
+	chaosEv.settle(start, w.results, orders, len(apis), w.items[0].ID)
 	f := check(strategy, w.results, stats, orders)
 	if strategy == "" && len(orders) > 0 {
 		label = orders[0].Strategy
