@@ -343,10 +343,10 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 	// the next holder's twin token (the promoted replica issued the same number again).
 	ev.HolderWrote = "nothing"
 	mine := map[int64]bool{}     // orders of the holder's token answered by the holder
-	byHolder := map[int64]bool{} // every order the holder answered 201
+	byHolder := map[int64]bool{} // every order of the hot item the holder answered 201
 	for _, p := range purchases {
 		for k, r := range p.Attempts {
-			if r.Status == 201 && (p.Instance+k)%instances == ev.Instance {
+			if r.Status == 201 && r.Receipt.ItemID == hotID && (p.Instance+k)%instances == ev.Instance {
 				byHolder[r.Receipt.OrderID] = true
 				if r.Receipt.FenceToken == ev.Token {
 					mine[r.Receipt.OrderID] = true
@@ -368,7 +368,7 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 	}
 	twin := false
 	for _, o := range orders {
-		if o.FenceToken != ev.Token {
+		if o.ItemID != hotID || o.FenceToken != ev.Token { // tokens count per item
 			continue
 		}
 		if !mine[o.OrderID] {
