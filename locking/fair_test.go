@@ -119,8 +119,10 @@ func TestFairWaiterThatGivesUpDoesNotBlock(t *testing.T) {
 }
 
 func TestFairVanishedWaiterIsDropped(t *testing.T) {
-	const queueTimeout = 400 * time.Millisecond
-	c := newClient(t, nil, &Options{QueueTimeout: queueTimeout, CallTimeout: 50 * time.Millisecond})
+	// The longest call timeout this queue timeout allows (a third): a shorter one fails a
+	// call outright on a loaded machine running -race.
+	const queueTimeout = time.Second
+	c := newClient(t, nil, &Options{QueueTimeout: queueTimeout, CallTimeout: queueTimeout / 3})
 	ctx := ctxT(t, 10*time.Second)
 	key := uniqueKey(t)
 	fk := c.keysFor(key).fair()
