@@ -185,19 +185,11 @@ func (st store) readFast(ctx context.Context, itemID int64) (row, error) {
 // ctx does once begun), the same errors (past the deadline: ErrUnavailable; a COMMIT whose
 // answer is lost: errOutcomeUnknown, never retried here).
 func (st store) sqlTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
-	if st.gate != nil {
-		select {
-		case st.gate <- struct{}{}:
-			defer func() { <-st.gate }()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	wctx, done, err := st.writeSlot(ctx)
+	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.writeTimeout)
-	defer cancel()
+	defer done()
 	defer func() { err = st.deadlineErr(wctx, err) }()
 	tx, err := st.sqlDB.BeginTx(wctx, nil)
 	if err != nil {

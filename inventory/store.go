@@ -262,6 +262,27 @@ func receiptOf(o models.Order, replayed bool) Receipt {
 // idempotency key first; the transaction was rolled back and the caller replays that order.
 var errDuplicateKey = errors.New("inventory: idempotency key already used")
 
+// writeSlot waits for the write gate (SQLite only: one writer at a time per process) and
+// returns the write's context: writeTimeout from now, whatever ctx does once the write has
+// begun. done ends the deadline and frees the gate. A ctx that is already done gets nothing.
+func (st store) writeSlot(ctx context.Context) (wctx context.Context, done func(), err error) {
+	free := func() {}
+	if st.gate != nil {
+		select {
+		case st.gate <- struct{}{}:
+			free = func() { <-st.gate }
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		free()
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.writeTimeout)
+	return wctx, func() { cancel(); free() }, nil
+}
+
 // tx runs fn in one short write transaction. Once begun, the transaction is not abandoned
 // when ctx is cancelled (a client that hangs up must not leave a commit of unknown outcome),
 // but it has a deadline of its own, writeTimeout, from BEGIN to COMMIT: a dead connection or
@@ -276,19 +297,11 @@ var errDuplicateKey = errors.New("inventory: idempotency key already used")
 // ErrUnavailable); it is never retried here, and a client resolves it by replaying its
 // Idempotency-Key (Purchase already looks the key up once more before answering).
 func (st store) tx(ctx context.Context, fn func(tx *gorm.DB) error) (err error) {
-	if st.gate != nil {
-		select {
-		case st.gate <- struct{}{}:
-			defer func() { <-st.gate }()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	wctx, done, err := st.writeSlot(ctx)
+	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.writeTimeout)
-	defer cancel()
+	defer done()
 	defer func() { err = st.deadlineErr(wctx, err) }()
 	tx := st.db.WithContext(wctx).Begin()
 	if tx.Error != nil {
