@@ -60,20 +60,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rep, err := Run(ctx, cfg, logw)
 	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(stderr, "loadtest: interrupted; every process it started is stopped")
-			return 130
-		}
-		fmt.Fprintln(stderr, "loadtest:", oneLine(err.Error()))
-		return 2
+		return failed(ctx, stderr, "loadtest:", err)
 	}
 	fmt.Fprintln(stdout)
 	rep.WriteTable(stdout)
-	if cfg.JSONFile != "" {
-		if err := rep.WriteJSON(cfg.JSONFile); err != nil {
-			fmt.Fprintln(stderr, "loadtest: write JSON report:", err)
-			return 2
-		}
+	if code := writeReport(cfg.JSONFile, stderr, rep.WriteJSON); code != 0 {
+		return code
 	}
 	if cfg.HTMLFile != "" {
 		if err := rep.WriteHTML(cfg.HTMLFile); err != nil {
@@ -91,20 +83,32 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func mainPerf(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 	rep, err := RunPerf(ctx, cfg, stderr)
 	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(stderr, "loadtest: interrupted; every process it started is stopped")
-			return 130
-		}
-		fmt.Fprintln(stderr, "loadtest -perf:", oneLine(err.Error()))
-		return 2
+		return failed(ctx, stderr, "loadtest -perf:", err)
 	}
 	fmt.Fprintln(stdout)
 	rep.WriteTable(stdout)
-	if cfg.JSONFile != "" {
-		if err := rep.WriteJSON(cfg.JSONFile); err != nil {
-			fmt.Fprintln(stderr, "loadtest: write JSON report:", err)
-			return 2
-		}
+	return writeReport(cfg.JSONFile, stderr, rep.WriteJSON)
+}
+
+// failed reports a run that could not be carried out: 130 when interrupted (every process it
+// started is stopped by then), else 2.
+func failed(ctx context.Context, stderr io.Writer, prefix string, err error) int {
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "loadtest: interrupted; every process it started is stopped")
+		return 130
+	}
+	fmt.Fprintln(stderr, prefix, oneLine(err.Error()))
+	return 2
+}
+
+// writeReport writes the -json report with write when a file was asked for: 0, or 2 on error.
+func writeReport(file string, stderr io.Writer, write func(string) error) int {
+	if file == "" {
+		return 0
+	}
+	if err := write(file); err != nil {
+		fmt.Fprintln(stderr, "loadtest: write JSON report:", err)
+		return 2
 	}
 	return 0
 }
@@ -124,22 +128,19 @@ func mainPitfalls(ctx context.Context, cfg Config, stdout, stderr io.Writer) int
 	redis.SetLogger(quietRedis{})
 	rows, err := RunPitfalls(ctx, cfg, stderr)
 	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(stderr, "loadtest: interrupted; every process it started is stopped")
-			return 130
-		}
-		fmt.Fprintln(stderr, "loadtest: pitfalls:", oneLine(err.Error()))
-		return 2
+		return failed(ctx, stderr, "loadtest: pitfalls:", err)
 	}
 	fmt.Fprintln(stdout)
 	code := writePitfalls(stdout, rows)
-	if cfg.JSONFile != "" {
-		b, _ := json.MarshalIndent(map[string]any{"scenario": "pitfalls", "db": cfg.DB, "lease_ms": ms(pitfallLease),
+	if c := writeReport(cfg.JSONFile, stderr, func(file string) error {
+		b, err := json.MarshalIndent(map[string]any{"scenario": "pitfalls", "db": cfg.DB, "lease_ms": ms(pitfallLease),
 			"lock_wait_ms": ms(pitfallWait), "rows": rows, "exit_code": code}, "", "  ")
-		if err := os.WriteFile(cfg.JSONFile, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintln(stderr, "loadtest: write JSON report:", err)
-			return 2
+		if err != nil {
+			return err
 		}
+		return os.WriteFile(file, append(b, '\n'), 0o644)
+	}); c != 0 {
+		return c
 	}
 	if code != 0 {
 		fmt.Fprintln(stderr, "loadtest: FAIL: a pitfall did not show its failure, or a fix broke an invariant (rows marked UNEXPECTED)")
