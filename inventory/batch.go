@@ -103,7 +103,11 @@ func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []pu
 		err := tx.StmtContext(ctx, st.q.batchUpdate).QueryRowContext(ctx, total, token, now, itemID, total, token).Scan(&left)
 		if errors.Is(err, sql.ErrNoRows) {
 			var r row
-			if err := tx.StmtContext(ctx, st.q.readItem).QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken); err != nil {
+			err := tx.StmtContext(ctx, st.q.readItem).QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken)
+			if errors.Is(err, sql.ErrNoRows) { // gone since the hold read it (a catalogue reset)
+				return fmt.Errorf("%w: item %d", ErrNotFound, itemID)
+			}
+			if err != nil {
 				return err
 			}
 			if r.FenceToken >= token {

@@ -224,7 +224,9 @@ func (s *coalesced) hold(q *itemQueue) {
 	r, err := s.store.readFast(lockCtx, q.id)
 	if err != nil {
 		if lockCtx.Err() != nil && ctx.Err() == nil {
-			return // lost before anyone was admitted: the next hold serves the queue
+			// Lost before anyone was admitted: nothing written. Answered, not served by the
+			// next hold, so that Service.run's one retry bounds it as on every path.
+			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
 		}
 		s.answerFront(q, n, err)
 		return
@@ -359,6 +361,10 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 			replies = append(replies, reply{w: w, err: w.workErr}) // its own failure (or its buyer left): only its buyer
 		case !w.state.CompareAndSwap(stateWaiting, stateClaimed):
 			// Its buyer left before the write: left out, already answered.
+		case w.ctx.Err() != nil:
+			// Its buyer left and has not noticed yet (a purchase without work): left out,
+			// answered here, nothing written for it.
+			replies = append(replies, reply{w: w, err: w.ctx.Err()})
 		default:
 			ready = append(ready, w)
 		}
@@ -392,6 +398,8 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 			q.stock, stock = r.Stock, r.Stock
 			ready = readmit(q.id, stock, ready, &replies)
 			continue
+		case errors.Is(err, errStockMoved) && lockCtx.Err() != nil && ctx.Err() == nil:
+			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
 		case errors.Is(err, errStockMoved):
 			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, q.id)
 		}

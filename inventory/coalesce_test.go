@@ -326,3 +326,48 @@ func TestCloseStopsWorkers(t *testing.T) {
 	_, err = s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyGuard})
 	assert.NoError(t, err, "the other strategies still work")
 }
+
+// lostAtOnceLocker obtains real locks whose context is already ended, as if each was lost
+// between Obtain and the hold's first read.
+type lostAtOnceLocker struct {
+	inventory.Locker
+	obtains *atomic.Int64
+}
+
+type lostHeld struct{ inventory.Held }
+
+func (lostHeld) Context(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(parent)
+	cancel(errors.New("lock lost"))
+	return ctx
+}
+
+func (l lostAtOnceLocker) Obtain(ctx context.Context, key string, floor int64) (inventory.Held, error) {
+	l.obtains.Add(1)
+	h, err := l.Locker.Obtain(ctx, key, floor)
+	if err != nil {
+		return nil, err
+	}
+	return lostHeld{h}, nil
+}
+
+// A lock lost before the hold's first read is answered lock_lost after the one retry, as on
+// the one-purchase path: not taken again and again while the buyer waits.
+func TestCoalescedLockLostBeforeTheReadIsRetriedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t, sqliteBackend)
+	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	var obtains atomic.Int64
+	s := newService(t, inventory.Config{DB: db, Locker: lostAtOnceLocker{inventory.NewLocker(lc), &obtains}})
+	id := resetItems(t, s, 5)[0]
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: inventory.StrategyLockGuard})
+	require.ErrorIs(t, err, inventory.ErrLockLost)
+	assert.EqualValues(t, 2, obtains.Load(), "one hold, then the one retry")
+	st := statsOf(t, s, id)
+	assert.Equal(t, 5, st.Stock)
+	assert.Zero(t, st.OrderCount)
+}
