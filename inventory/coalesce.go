@@ -93,12 +93,14 @@ func (w *waiter) answer(rec Receipt, err error) {
 
 func (s *coalesced) buy(ctx context.Context, p purchase) (Receipt, error) {
 	w := &waiter{ctx: ctx, p: p, enqueued: time.Now(), done: make(chan answer, 1)}
+	// For the observer (the lab), a coalesced purchase waits for the item's lock from its
+	// arrival in the queue until a hold admits or answers it. Told before it is queued, so
+	// that the hold's end of the wait always comes after it.
+	s.emit(Event{Kind: EventWait, ItemID: p.itemID, Strategy: s.name, Quantity: p.quantity})
 	if err := s.enqueue(w); err != nil {
+		s.emit(Event{Kind: EventWaitEnd, ItemID: p.itemID, Strategy: s.name, Quantity: p.quantity, Err: err})
 		return Receipt{}, err
 	}
-	// For the observer (the lab), a coalesced purchase waits for the item's lock from its
-	// arrival in the queue until a hold admits or answers it.
-	s.emit(Event{Kind: EventWait, ItemID: p.itemID, Strategy: s.name, Quantity: p.quantity})
 	select {
 	case a := <-w.done:
 		return a.rec, a.err
