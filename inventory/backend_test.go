@@ -179,7 +179,7 @@ func TestPostgresCrashMidStreamResolvedByReplay(t *testing.T) {
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	const stock = 1000
 	id := resetItems(t, s, stock)[0]
-	srv := pg.Server(t)
+	srv := dbs.PG.Server(t)
 
 	const workers, perWorker = 8, 60
 	var (

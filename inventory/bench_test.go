@@ -34,7 +34,7 @@ func BenchmarkPurchase(b *testing.B) {
 }
 
 func benchPurchase(b *testing.B, be backend, srv *redistest.Server, name string, items int) {
-	b.Run(fmt.Sprintf("%s/%s/items=%d", be.name, name, items), func(b *testing.B) {
+	b.Run(fmt.Sprintf("%s/%s/items=%d", be.Name, name, items), func(b *testing.B) {
 		db, _ := openDB(b, be)
 		var s *inventory.Service
 		if inventory.DemoOnly(name) {

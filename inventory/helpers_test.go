@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,55 +15,41 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/stockguard/stockguard/internal/pgtest"
+	"github.com/stockguard/stockguard/internal/dbtest"
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/models"
 )
 
-// pg is this package's PostgreSQL server (one per package, started on first use).
-var pg pgtest.Shared
+// dbs are the database backends of this package's tests (its PostgreSQL server starts on
+// first use).
+var dbs = dbtest.NewSet("inventory.db")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	pg.Close()
+	dbs.Close()
 	os.Exit(code)
 }
 
-// backend is one database engine the tests run against.
-type backend struct {
-	name string
-	// dsn returns a fresh, empty database: a file in a temporary directory, or a new database
-	// on the package's PostgreSQL server. A server that cannot start fails the test.
-	dsn func(t testing.TB) string
-}
+type backend = dbtest.Backend
 
 var (
-	sqliteBackend   = backend{"sqlite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "inventory.db") }}
-	postgresBackend = backend{"postgres", func(t testing.TB) string { return pg.Database(t) }}
-	backends        = []backend{sqliteBackend, postgresBackend}
+	sqliteBackend   = dbs.SQLite
+	postgresBackend = dbs.Postgres
+	backends        = dbs.All()
 )
 
 // forEachBackend runs test once per backend, as subtests named after the backend.
-func forEachBackend(t *testing.T, test func(t *testing.T, be backend)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { test(t, b) })
-	}
-}
+func forEachBackend(t *testing.T, test func(t *testing.T, be backend)) { dbs.ForEach(t, test) }
 
 // openDB opens a fresh database of backend b; the returned dsn opens it again.
 func openDB(t testing.TB, b backend) (*gorm.DB, string) {
 	t.Helper()
-	dsn := b.dsn(t)
-	return openPath(t, dsn), dsn
+	return b.Open(t)
 }
 
 // openPath opens path (a file or a postgres:// URL) again, as another process would.
 func openPath(t testing.TB, path string) *gorm.DB {
 	t.Helper()
-	db, err := models.Open(context.Background(), path)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = models.Close(db) })
-	return db
+	return dbtest.Open(t, path)
 }
 
 func newService(t testing.TB, cfg inventory.Config) *inventory.Service {

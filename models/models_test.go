@@ -18,41 +18,25 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/stockguard/stockguard/internal/pgtest"
+	"github.com/stockguard/stockguard/internal/dbtest"
 	"github.com/stockguard/stockguard/models"
 )
 
-// pg is this package's PostgreSQL server (one per package, started on first use).
-var pg pgtest.Shared
+// dbs are the database backends of this package's tests (its PostgreSQL server starts on
+// first use).
+var dbs = dbtest.NewSet("store.db")
 
-// backend is one database engine the tests run against.
-type backend struct {
-	name string
-	// dsn returns a fresh, empty database: a file in a temporary directory, or a new
-	// database on the package's PostgreSQL server.
-	dsn func(t *testing.T) string
-}
+type backend = dbtest.Backend
 
-var backends = []backend{
-	{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "store.db") }},
-	{"postgres", func(t *testing.T) string { return pg.Database(t) }},
-}
+var backends = dbs.All()
 
 // forEachBackend runs test once per backend, as subtests named after the backend.
-func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { test(t, b) })
-	}
-}
+func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) { dbs.ForEach(t, test) }
 
 // openBackend opens a fresh database of b.
 func openBackend(t *testing.T, b backend, opts ...models.Option) (*gorm.DB, string) {
 	t.Helper()
-	dsn := b.dsn(t)
-	db, err := models.Open(context.Background(), dsn, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = models.Close(db) })
-	return db, dsn
+	return b.Open(t, opts...)
 }
 
 // Child mode of TestConcurrentOpenFromProcesses: the test binary re-executes itself with these
@@ -68,7 +52,7 @@ func TestMain(m *testing.M) {
 		os.Exit(child(path, os.Getenv(envChildDir), os.Getenv(envChildID)))
 	}
 	code := m.Run()
-	pg.Close()
+	dbs.Close()
 	os.Exit(code)
 }
 
@@ -158,7 +142,7 @@ func TestOpenIsIdempotentAndSeedsOnce(t *testing.T) {
 func testOpenIsIdempotentAndSeedsOnce(t *testing.T, b backend) {
 	ctx := context.Background()
 	db, path := openBackend(t, b)
-	assert.Equal(t, models.Backend(b.name), models.BackendOfDB(db))
+	assert.Equal(t, models.Backend(b.Name), models.BackendOfDB(db))
 	seeded, err := models.SeedDemo(ctx, db)
 	require.NoError(t, err)
 	assert.True(t, seeded)
@@ -243,7 +227,7 @@ func TestOpenRejectsBadDSN(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, models.IsUnavailable(err), "refused: %v", err)
 	// A database that does not exist is not an outage.
-	url := pg.Database(t)
+	url := dbs.PG.Database(t)
 	_, err = models.Open(context.Background(), strings.Replace(url, "/t", "/nosuch", 1))
 	require.Error(t, err)
 	assert.False(t, models.IsUnavailable(err), "no such database: %v", err)
@@ -274,7 +258,7 @@ func TestConcurrentOpenFromProcesses(t *testing.T) {
 
 func testConcurrentOpenFromProcesses(t *testing.T, b backend) {
 	dir := t.TempDir()
-	path := b.dsn(t)
+	path := b.DSN(t)
 	const n = 4
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]*bytes.Buffer, n)

@@ -15,7 +15,7 @@ import (
 
 func TestPostgresSessionSettings(t *testing.T) {
 	ctx := context.Background()
-	url := pg.Database(t)
+	url := dbs.PG.Database(t)
 	db, err := models.Open(ctx, url, models.WithStatementTimeout(1500*time.Millisecond), models.WithMaxOpenConns(3))
 	require.NoError(t, err)
 	defer models.Close(db)
@@ -45,7 +45,7 @@ func TestPostgresSessionSettings(t *testing.T) {
 // The errors the storefront must tell apart, each produced for real on the server.
 func TestPostgresErrorClassification(t *testing.T) {
 	ctx := context.Background()
-	url := pg.Database(t)
+	url := dbs.PG.Database(t)
 	db, err := models.Open(ctx, url, models.WithStatementTimeout(200*time.Millisecond))
 	require.NoError(t, err)
 	defer models.Close(db)
@@ -95,7 +95,7 @@ func TestPostgresErrorClassification(t *testing.T) {
 	})
 
 	t.Run("server down is unavailable, and the pool recovers", func(t *testing.T) {
-		srv := pg.Server(t)
+		srv := dbs.PG.Server(t)
 		srv.Stop()
 		err := db.Exec("SELECT 1").Error
 		require.Error(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,10 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/stockguard/stockguard/internal/pgtest"
+	"github.com/stockguard/stockguard/internal/dbtest"
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/models"
 	"github.com/stockguard/stockguard/pitfalls"
 )
 
@@ -26,47 +24,28 @@ const (
 	wait  = time.Second
 )
 
-// pg is this package's PostgreSQL server (one per package, started on first use).
-var pg pgtest.Shared
+// dbs are the database backends of this package's tests (its PostgreSQL server starts on
+// first use).
+var dbs = dbtest.NewSet("pitfalls.db")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	pg.Close()
+	dbs.Close()
 	os.Exit(code)
 }
 
-// backend is one database engine the tests run against: dsn returns a fresh, empty database.
-type backend struct {
-	name string
-	dsn  func(t testing.TB) string
-}
+type backend = dbtest.Backend
 
-var (
-	sqliteBackend = backend{"sqlite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "pitfalls.db") }}
-	backends      = []backend{sqliteBackend, {"postgres", func(t testing.TB) string { return pg.Database(t) }}}
-)
+var sqliteBackend = dbs.SQLite
 
 // forEachBackend runs test once per backend, as subtests named after the backend: every
 // strategy, the demo ones too, works on SQLite and PostgreSQL.
-func forEachBackend(t *testing.T, test func(t *testing.T, be backend)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { test(t, b) })
-	}
-}
+func forEachBackend(t *testing.T, test func(t *testing.T, be backend)) { dbs.ForEach(t, test) }
 
 // openDB opens a fresh database of backend be; the returned dsn opens it again.
 func openDB(t testing.TB, be backend) (*gorm.DB, string) {
 	t.Helper()
-	dsn := be.dsn(t)
-	return openPath(t, dsn), dsn
-}
-
-func openPath(t testing.TB, path string) *gorm.DB {
-	t.Helper()
-	db, err := models.Open(context.Background(), path)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = models.Close(db) })
-	return db
+	return be.Open(t)
 }
 
 // demoConfig is a demo service's configuration over db and the redis-server of rdb, with the

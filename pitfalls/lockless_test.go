@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockguard/stockguard/internal/dbtest"
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
 )
@@ -95,7 +96,7 @@ func testMirrorStrategiesSafeWithoutLoss(t *testing.T, be backend) {
 		t.Run(strategy, func(t *testing.T) {
 			db, path := openDB(t, be)
 			a := newService(t, demoConfig(db, rdb))
-			b := newService(t, demoConfig(openPath(t, path), rdb))
+			b := newService(t, demoConfig(dbtest.Open(t, path), rdb))
 			id := resetItem(t, a, 40)
 			o := concurrent(t, []*inventory.Service{a, b}, id, strategy, 100, 0)
 			st := statsOf(t, a, id)
@@ -174,7 +175,7 @@ func testOptimisticSafeWithCountedRetries(t *testing.T, be backend) {
 	}
 	cfgA := inventory.Config{DB: db, Demo: true, Default: inventory.StrategyGuard, Sleep: barrier}
 	cfgB := cfgA
-	cfgB.DB = openPath(t, path)
+	cfgB.DB = dbtest.Open(t, path)
 	a, b := newService(t, cfgA), newService(t, cfgB)
 	id := resetItem(t, a, 5)
 	o := concurrent(t, []*inventory.Service{a, b}, id, inventory.StrategyOptimistic, n, time.Millisecond)
