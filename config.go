@@ -28,7 +28,7 @@ type config struct {
 	adminToken      string
 	demo            bool
 	maxInflight     int
-	instances       int // --demo: supervise this many storefront processes (supervisor.go)
+	instances       int // --demo: supervise this many storefront processes (the lab, demo.go)
 	maxBatch        int
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
@@ -159,6 +159,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--instances %d must be 0..%d", c.instances, maxInstances)
 	case c.instances > 0 && !c.demo:
 		return errors.New("--instances needs --demo (it starts the lab)")
+	case c.instances > 0 && demo.supervise == nil:
+		return errors.New("--instances needs the lab, which this build leaves out (built with -tags nodemo)")
 	case c.onRedisDown == "" || !inventory.ValidOnRedisDown(c.onRedisDown):
 		return fmt.Errorf("--on-redis-down %q: want %s or %s", c.onRedisDown, inventory.OnRedisDownFail, inventory.OnRedisDownGuard)
 	case c.maxBatch < 1 || c.maxBatch > 10000:

@@ -22,7 +22,6 @@ const (
 	headerIdempotencyKey = "Idempotency-Key"
 	headerStrategy       = "X-Strategy"
 	headerSimulatedWork  = "X-Simulated-Work"
-	headerFault          = "X-Fault" // demo: "stall" (inventory's stall fault) or "crash" (setnx-expire's)
 )
 
 // purchase answers 201 with the receipt of a new order, or 200 with the original receipt when
@@ -80,8 +79,10 @@ func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error
 	if req.Strategy, req.Work, err = s.demoHeaders(c.Request.Header); err != nil {
 		return req, err
 	}
-	if req.Stall, req.Crash, err = s.faultHeader(c.Request.Header); err != nil {
-		return req, err
+	if s.intercept != nil {
+		if err = s.intercept(c.Request, &req); err != nil {
+			return req, err
+		}
 	}
 	req.Quantity, err = decodeQuantity(c.Request.Body)
 	return req, err
@@ -124,26 +125,6 @@ func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration
 	}
 	return strategy, work, nil
 }
-
-// faultHeader reads X-Fault (demo mode only): "stall" asks for the stall fault, "crash" for
-// setnx-expire's crash fault (its holder dies between SETNX and EXPIRE).
-func (s *server) faultHeader(h http.Header) (stall, crash bool, err error) {
-	values, ok := h[http.CanonicalHeaderKey(headerFault)]
-	switch {
-	case !ok:
-		return false, false, nil
-	case !s.demo:
-		return false, false, fmt.Errorf("%w: %s is only accepted when the server runs with --demo", inventory.ErrInvalid, headerFault)
-	case len(values) == 1 && values[0] == faultStall:
-		return true, false, nil
-	case len(values) == 1 && values[0] == faultCrash:
-		return false, true, nil
-	}
-	return false, false, fmt.Errorf("%w: %s must be %q or %q", inventory.ErrInvalid, headerFault, faultStall, faultCrash)
-}
-
-// faultCrash is the X-Fault value of setnx-expire's crash fault (faultStall: lab_run.go).
-const faultCrash = "crash"
 
 // decodeQuantity reads the body {"quantity":N} and returns N, a non-negative integer (the
 // service checks its range).

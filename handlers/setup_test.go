@@ -45,8 +45,7 @@ type env struct {
 	metrics *handlers.Metrics
 	locks   *inventory.LockSet
 
-	lockClient *locking.Client  // nil without redis
-	events     *handlers.Events // demo mode: the lab's event hub
+	lockClient *locking.Client // nil without redis
 }
 
 // lockKeyPrefix is the prefix main gives the lock client.
@@ -54,12 +53,12 @@ const lockKeyPrefix = "stockguard:lock:"
 
 type envOptions struct {
 	demo            bool
-	redis           *redistest.Server // nil: no lock (the lock strategies answer unavailable)
-	lockWait        time.Duration     // the lock client's Wait; 0 means its default
-	defaultStrategy string            // "" means guard without redis, lock+guard with it
-	log             io.Writer         // the handlers' log; nil discards it
-	lease           time.Duration     // the lock lease; 0 means the lock client's default
-	writeTimeout    time.Duration     // the HTTP server's WriteTimeout; 0: none
+	redis           *redistest.Server      // nil: no lock (the lock strategies answer unavailable)
+	lockWait        time.Duration          // the lock client's Wait; 0 means its default
+	defaultStrategy string                 // "" means guard without redis, lock+guard with it
+	log             io.Writer              // the handlers' log; nil discards it
+	lease           time.Duration          // the lock lease; 0 means the lock client's default
+	configure       func(*handlers.Config) // when not nil, changes the handlers' configuration
 }
 
 // newEnv starts a storefront; the default strategy is guard unless opts says otherwise.
@@ -72,12 +71,6 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
 	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Demo: opts.demo, Holds: e.metrics}
 	hooks := locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix))
-	if opts.demo {
-		e.events = handlers.NewEvents(opts.lease)
-		t.Cleanup(e.events.Close)
-		cfg.Observer = e.events
-		hooks = locking.JoinHooks(hooks, inventory.ObserverHooks(e.events))
-	}
 	if opts.redis != nil {
 		rdb := opts.redis.Client(t)
 		var callTimeout time.Duration
@@ -92,19 +85,11 @@ func newEnv(t testing.TB, opts envOptions) *env {
 			}
 			wg.Wait()
 		}
-		lockOpts := func(noWatchdog bool) *locking.Options {
-			return &locking.Options{KeyPrefix: lockKeyPrefix, Wait: opts.lockWait, Lease: opts.lease,
-				CallTimeout: callTimeout, Hooks: hooks, DisableWatchdog: noWatchdog}
-		}
-		e.lockClient = locking.New(rdb, lockOpts(false))
+		e.lockClient = locking.New(rdb, &locking.Options{KeyPrefix: lockKeyPrefix, Wait: opts.lockWait,
+			Lease: opts.lease, CallTimeout: callTimeout, Hooks: hooks})
 		t.Cleanup(func() { _ = e.lockClient.Close() })
 		cfg.Locker = inventory.NewLocker(e.lockClient)
-		if opts.demo && opts.lease > 0 { // the stall fault, as main wires it
-			stall := locking.New(rdb, lockOpts(true))
-			t.Cleanup(func() { _ = stall.Close() })
-			cfg.StallFor, cfg.StallLocker = 3*opts.lease, inventory.NewLocker(stall)
-		}
-		if opts.demo { // the demo strategies, as main wires them (demo.go)
+		if opts.demo { // the demo strategies, as the lab wires them
 			po := func(name string) pitfalls.Options {
 				return pitfalls.Options{KeyPrefix: inventory.PitfallKeyPrefix(name),
 					Lease: cmp.Or(opts.lease, time.Second), Wait: cmp.Or(opts.lockWait, time.Second)}
@@ -128,7 +113,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	t.Cleanup(func() { _ = svc.Close() })
 	require.NoError(t, svc.Reset(ctx, testCatalogue))
 	e.svc, e.wrap = svc, &faultService{Service: svc}
-	h := handlers.New(handlers.Config{
+	hcfg := handlers.Config{
 		Service:         e.wrap,
 		AdminToken:      testToken,
 		Demo:            opts.demo,
@@ -136,12 +121,11 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		Logger:          slog.New(slog.NewTextHandler(cmp.Or(opts.log, io.Discard), nil)),
 		Metrics:         e.metrics,
 		Debug:           e.locks,
-		Events:          e.events,
-		Lease:           opts.lease,
-	})
-	e.srv = httptest.NewUnstartedServer(h)
-	e.srv.Config.WriteTimeout = opts.writeTimeout
-	e.srv.Start()
+	}
+	if opts.configure != nil {
+		opts.configure(&hcfg)
+	}
+	e.srv = httptest.NewServer(handlers.New(hcfg))
 	t.Cleanup(e.srv.Close)
 	return e
 }

@@ -53,21 +53,15 @@ func TestStrategiesListsDemoOnlyRowsInDemoMode(t *testing.T) {
 	assert.Equal(t, inventory.StockKeyPrefix, demo[inventory.StrategyRedisStock].RedisKeyPrefix)
 }
 
-// X-Fault: crash is demo-only, setnx-expire only; a production server does not know the demo
-// strategies at all.
-func TestCrashFaultHeader(t *testing.T) {
+// A production server does not know the demo strategies at all: no X-Strategy outside demo
+// mode; in demo mode a demo strategy whose lock is not wired answers unavailable.
+func TestDemoStrategyOutsideDemo(t *testing.T) {
 	prod := newEnv(t, envOptions{})
-	a := prod.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: crash")
-	assert.Equal(t, http.StatusBadRequest, a.status)
-	a = prod.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Strategy: redis-stock")
+	a := prod.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Strategy: redis-stock")
 	assert.Equal(t, http.StatusBadRequest, a.status, "no X-Strategy outside demo mode")
 
 	demo := newEnv(t, envOptions{demo: true})
-	a = demo.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: crash", "X-Strategy: guard")
-	assert.Equal(t, http.StatusBadRequest, a.status, string(a.body))
-	a = demo.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: later", "X-Strategy: setnx-expire")
-	assert.Equal(t, http.StatusBadRequest, a.status, string(a.body))
-	a = demo.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: crash", "X-Strategy: setnx-expire")
+	a = demo.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Strategy: setnx-expire")
 	assert.Equal(t, http.StatusServiceUnavailable, a.status, "no pitfall lock wired: unavailable, %s", a.body)
 	assert.Equal(t, "unavailable", a.errorCode())
 }

@@ -1,4 +1,4 @@
-package handlers_test
+package lab_test
 
 import (
 	"bufio"

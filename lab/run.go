@@ -1,4 +1,4 @@
-package handlers
+package lab
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/stockguard/stockguard/handlers"
 	"github.com/stockguard/stockguard/inventory"
 )
 
@@ -35,10 +36,9 @@ const (
 // Faults of a lab run.
 const (
 	faultNone  = ""
-	faultStall = "stall" // the first buyer stalls before its write (inventory's stall fault)
+	faultStall = "stall" // the first buyer stalls before its write (X-Fault, faults.go)
 	faultPause = "pause" // the supervisor SIGSTOPs the item's lock holder during the burst
-	// faultCrash (purchase.go): the first buyer of setnx-expire dies between SETNX and EXPIRE,
-	// alone, before the others start.
+	faultCrash = "crash" // the first buyer of setnx-expire dies between SETNX and EXPIRE (X-Fault), alone, before the others start
 )
 
 // labRunRequest is the body of POST /api/lab/run.
@@ -71,24 +71,24 @@ type labRunResult struct {
 
 // run answers POST /api/lab/run: a burst of purchases, round-robin across the instances,
 // with the chosen fault; it answers once every buyer has its answer.
-func (l *lab) run(c *gin.Context) {
+func (l *api) run(c *gin.Context) {
 	var req labRunRequest
-	if err := decodeStrict(c.Request.Body, &req); err != nil {
-		writeError(c, err)
+	if err := handlers.DecodeJSON(c.Request.Body, &req); err != nil {
+		handlers.WriteError(c, err)
 		return
 	}
 	switch {
 	case req.Buyers < 1 || req.Buyers > maxLabBuyers:
-		writeError(c, fmt.Errorf("%w: buyers must be 1..%d", inventory.ErrInvalid, maxLabBuyers))
+		handlers.WriteError(c, fmt.Errorf("%w: buyers must be 1..%d", inventory.ErrInvalid, maxLabBuyers))
 		return
 	case req.Fault != faultNone && req.Fault != faultStall && req.Fault != faultPause && req.Fault != faultCrash:
-		writeError(c, fmt.Errorf("%w: fault must be \"\", %q, %q or %q", inventory.ErrInvalid, faultStall, faultPause, faultCrash))
+		handlers.WriteError(c, fmt.Errorf("%w: fault must be \"\", %q, %q or %q", inventory.ErrInvalid, faultStall, faultPause, faultCrash))
 		return
 	case req.Fault == faultCrash && req.Strategy != inventory.StrategySetnxExpire:
-		writeError(c, fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire))
+		handlers.WriteError(c, fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire))
 		return
 	case req.Fault == faultPause && l.sup == nil:
-		writeError(c, errPauseUnsupported)
+		handlers.WriteError(c, errPauseUnsupported)
 		return
 	}
 	// The run may outlast the server's write timeout (a stall lasts three leases).
@@ -97,7 +97,7 @@ func (l *lab) run(c *gin.Context) {
 	defer cancel()
 	res, err := l.burst(ctx, l.instances(c), req)
 	if err != nil {
-		writeError(c, err)
+		handlers.WriteError(c, err)
 		return
 	}
 	c.JSON(http.StatusOK, res)
@@ -106,7 +106,7 @@ func (l *lab) run(c *gin.Context) {
 // answer is what one buyer was told.
 type answer struct{ code, message string }
 
-func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest) (labRunResult, error) {
+func (l *api) burst(ctx context.Context, insts []Instance, req labRunRequest) (labRunResult, error) {
 	res := labRunResult{labRunRequest: req, Answers: map[string]int{}}
 	first := insts[0].URL
 	before, err := l.itemStats(ctx, first, req.Item)
@@ -180,7 +180,7 @@ func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest)
 }
 
 // purchase sends one purchase of the run to the instance at base.
-func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, fault string) answer {
+func (l *api) purchase(ctx context.Context, base string, req labRunRequest, fault string) answer {
 	body := []byte(`{"quantity":` + strconv.Itoa(req.Quantity) + `}`)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost,
 		base+"/api/items/"+strconv.FormatInt(req.Item, 10)+"/purchase", bytes.NewReader(body))
@@ -188,18 +188,23 @@ func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, faul
 		return answer{code: "invalid_request", message: err.Error()}
 	}
 	if req.Strategy != "" {
-		hr.Header.Set(headerStrategy, req.Strategy)
+		hr.Header.Set(handlers.HeaderStrategy, req.Strategy)
 	}
-	hr.Header.Set(headerSimulatedWork, (time.Duration(req.WorkMS) * time.Millisecond).String())
+	hr.Header.Set(handlers.HeaderSimulatedWork, (time.Duration(req.WorkMS) * time.Millisecond).String())
 	if fault != faultNone {
-		hr.Header.Set(headerFault, fault)
+		hr.Header.Set(HeaderFault, fault)
 	}
 	resp, err := l.hc.Do(hr)
 	if err != nil {
 		return answer{code: "unreachable", message: err.Error()}
 	}
 	defer resp.Body.Close()
-	var out errorBody
+	var out struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	switch {
 	case resp.StatusCode == http.StatusCreated:
@@ -214,7 +219,7 @@ func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, faul
 }
 
 // itemStats reads one item's sales summary from the instance at base.
-func (l *lab) itemStats(ctx context.Context, base string, item int64) (inventory.ItemStats, error) {
+func (l *api) itemStats(ctx context.Context, base string, item int64) (inventory.ItemStats, error) {
 	var stats []inventory.ItemStats
 	if err := l.getJSON(ctx, base+"/api/stats", &stats); err != nil {
 		return inventory.ItemStats{}, err
@@ -228,11 +233,13 @@ func (l *lab) itemStats(ctx context.Context, base string, item int64) (inventory
 }
 
 // waitHeld waits, up to limit, until the instance at base holds item's lock.
-func (l *lab) waitHeld(ctx context.Context, base string, item int64, limit time.Duration) {
+func (l *api) waitHeld(ctx context.Context, base string, item int64, limit time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
-		var body debugLocksBody
+		var body struct {
+			Locks []inventory.HeldLock `json:"locks"`
+		}
 		if l.getJSON(ctx, base+"/api/debug/locks", &body) == nil {
 			for _, h := range body.Locks {
 				if h.ItemID == item {
@@ -249,7 +256,7 @@ func (l *lab) waitHeld(ctx context.Context, base string, item int64, limit time.
 }
 
 // pauseHolder asks the supervisor to pause the item's lock holder as soon as there is one.
-func (l *lab) pauseHolder(ctx context.Context, item int64) (*Paused, string) {
+func (l *api) pauseHolder(ctx context.Context, item int64) (*Paused, string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
@@ -268,7 +275,7 @@ func (l *lab) pauseHolder(ctx context.Context, item int64) (*Paused, string) {
 	}
 }
 
-func (l *lab) getJSON(ctx context.Context, url string, v any) error {
+func (l *api) getJSON(ctx context.Context, url string, v any) error {
 	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package lab_test
 
 import (
 	"bytes"
