@@ -98,3 +98,10 @@ func TestConfigDemoStrategyNeedsDemo(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "setnx-expire", c.strategy)
 }
+
+func TestInstancesNeedsDemo(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run(t.Context(), []string{"--instances", "2"}, func(string) string { return "" }, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr.String(), "--instances needs --demo")
+}

@@ -1,50 +1,113 @@
 package lab_test
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
-	"os/signal"
-	"strconv"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/lab"
 )
 
-// childEnv makes the test binary run as the storefront: the lab supervisor starts its own
-// executable as its instances, and in tests that is this binary.
-const childEnv = "STOCKGUARD_TEST_AS_STOREFRONT"
+// storefrontBinary builds the stockguard command once per test binary: the supervisor's
+// instances are real storefront processes.
+var storefrontBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "stockguard-lab-test-")
+	if err != nil {
+		return "", err
+	}
+	exe := filepath.Join(dir, "stockguard")
+	out, err := exec.Command("go", "build", "-o", exe, "github.com/stockguard/stockguard").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build the storefront: %v\n%s", err, out)
+	}
+	return exe, nil
+})
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-		stop()
-		os.Exit(code)
+	code := m.Run()
+	if exe, err := storefrontBinary(); err == nil {
+		_ = os.RemoveAll(filepath.Dir(exe))
 	}
-	os.Exit(m.Run())
+	os.Exit(code)
 }
 
-// startLab starts `stockguard --demo --instances n` (in this process; its instances are
-// child processes) on a real redis-server and resets the lab catalogue; it returns the
-// supervisor and the ids of the three lab items.
-func startLab(t *testing.T, n int) (*server, []int64) {
+// labServer is a supervisor under test, served on a loopback port.
+type labServer struct {
+	t   *testing.T
+	url string
+	sup *lab.Supervisor
+}
+
+// startLab starts a supervisor of n storefront instances (the stockguard command, --demo) on
+// a real redis-server and a SQLite file, serves it, and resets the lab catalogue; it returns
+// the server and the ids of the three lab items.
+func startLab(t *testing.T, n int) (*labServer, []int64) {
 	t.Helper()
-	t.Setenv(childEnv, "1")
+	exe, err := storefrontBinary()
+	require.NoError(t, err)
 	rs := redistest.Start(t)
-	args := append(baseArgs(t), "--instances", strconv.Itoa(n), "--redis", rs.URL(),
-		"--lock-lease", "2s") // a Redis call may take lease/10: 1s would leave 100ms, short for -race on a busy machine
-	s := startServer(t, nil, args...)
-	var items []item
+	const lease = 2 * time.Second // a Redis call may take lease/10: 1s would leave 100ms, short for -race on a busy machine
+	sup := lab.NewSupervisor(lab.SupervisorConfig{
+		Executable: exe,
+		Args: []string{"--demo", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "lab.db"),
+			"--redis", rs.URL(), "--admin-token", "lab-test", "--lock-lease", lease.String(), "--log-level", "warn"},
+		Instances: n, Redis: rs.Client(t), Lease: lease, PauseFor: 3 * lease, Output: testWriter{t},
+	})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { cancel(nil); sup.Stop(10 * time.Second) })
+	require.NoError(t, sup.Start(ctx, cancel))
+	srv := &http.Server{Handler: sup.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	s := &labServer{t: t, url: "http://" + ln.Addr().String(), sup: sup}
+	var items []struct {
+		ID int64 `json:"id"`
+	}
 	require.Equal(t, 200, s.call("POST", "/i/0/api/lab/reset", "{}", &items))
 	require.Len(t, items, 3)
 	return s, []int64{items[0].ID, items[1].ID, items[2].ID}
+}
+
+// testWriter logs the instances' lines through t.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// call sends one request and decodes a JSON answer into out (when not nil).
+func (s *labServer) call(method, path, body string, out any) int {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	require.NoError(s.t, err)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(s.t, err)
+	if out != nil {
+		require.NoError(s.t, json.Unmarshal(b, out), "%s %s: %s", method, path, b)
+	}
+	return res.StatusCode
 }
 
 type labResult struct {
@@ -103,16 +166,10 @@ func TestLabSupervisor(t *testing.T) {
 	assert.Equal(t, 409, s.call("POST", "/api/lab/pause", fmt.Sprintf(`{"item":%d}`, items[2]), &e))
 	assert.Equal(t, "not_held", e.Error.Code)
 	assert.Equal(t, 404, s.call("GET", "/i/7/api/items", "", &e))
+	assert.Equal(t, "not_found", e.Error.Code)
 
-	require.Equal(t, 0, s.shutdown())
+	s.sup.Stop(10 * time.Second)
 	for _, in := range info.Instances {
 		assert.True(t, errors.Is(syscall.Kill(in.PID, 0), syscall.ESRCH), "instance pid %d stopped with the supervisor", in.PID)
 	}
-}
-
-func TestInstancesNeedsDemo(t *testing.T) {
-	var stderr bytes.Buffer
-	code := run(t.Context(), []string{"--instances", "2"}, func(string) string { return "" }, &stderr)
-	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr.String(), "--instances needs --demo")
 }
