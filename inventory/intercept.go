@@ -6,7 +6,9 @@ import "context"
 // purchase (a test, a fault injected on purpose) puts one in the purchase's context with
 // WithInterceptor; the production path never sets one. A purchase that carries one takes a
 // lock hold of its own (it is never coalesced with other buyers), so that what is done to it
-// touches no other purchase.
+// touches no other purchase. The service retries a purchase once after a lost lock or a
+// refused stale write: the retry is a new attempt, asked again (an interceptor that acts once
+// keeps that state itself). Its methods run on the purchase's goroutine.
 type Interceptor interface {
 	// Locker returns the lock service this purchase takes its item's lock from, given the one
 	// its strategy would use (return l to change nothing; l may be nil when the strategy has no
