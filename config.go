@@ -143,9 +143,9 @@ func (c config) stallFor() time.Duration {
 
 func (c config) validate() error {
 	switch {
-	case !inventory.ValidStrategy(c.strategy):
+	case !inventory.ValidStrategy(c.strategy) && !demoOnly(c.strategy):
 		return fmt.Errorf("unknown strategy %q", c.strategy)
-	case inventory.DemoOnly(c.strategy) && !c.demo:
+	case demoOnly(c.strategy) && !c.demo:
 		return fmt.Errorf("strategy %q is demo-only (it exists to be seen failing or compared): it needs --demo", c.strategy)
 	case c.lockLease < 100*time.Millisecond:
 		return fmt.Errorf("--lock-lease %s is too short (at least 100ms)", c.lockLease)
@@ -189,13 +189,31 @@ func (c config) redisURLList() []string {
 	return urls
 }
 
-// strategyNames lists the strategies of inventory's table, in its order.
+// strategyNames lists the strategies of inventory's table, in its order, then the demo's.
 func strategyNames() string {
 	var names []string
 	for _, st := range inventory.StrategyTable() {
 		names = append(names, st.Name)
 	}
+	if demo.strategies != nil {
+		for _, st := range demo.strategies() {
+			names = append(names, st.Name)
+		}
+	}
 	return strings.Join(names, ", ")
+}
+
+// demoOnly reports whether name is one of the demo's strategies (offered with --demo only).
+func demoOnly(name string) bool {
+	if demo.strategies == nil {
+		return false
+	}
+	for _, st := range demo.strategies() {
+		if st.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // writeTimeout is the deadline of every write transaction: twice the statement timeout, so

@@ -26,6 +26,7 @@ import (
 func init() {
 	demo.storefront = labStorefront
 	demo.supervise = labSupervise
+	demo.strategies = lab.Strategies
 }
 
 // supervisorExecutable is the program the lab's supervisor starts as its instances (in tests
@@ -35,7 +36,7 @@ var supervisorExecutable = os.Executable
 // labStorefront is the lab in one --demo storefront process.
 func labStorefront(ctx context.Context, cfg config, rdb redis.UniversalClient) demoStorefront {
 	return storefrontLab{lab.NewStorefront(ctx, lab.StorefrontConfig{
-		Redis: rdb, Lease: cfg.lockLease, LockWait: cfg.lockWait, StallFor: cfg.stallFor()})}
+		Redis: rdb, Lease: cfg.lockLease, LockWait: cfg.lockWait, StallFor: cfg.stallFor(), Strategy: cfg.strategy})}
 }
 
 // storefrontLab gives the lab's reset the inventory service.

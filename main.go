@@ -148,7 +148,6 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Logger:       logger.With("component", "inventory"),
 		Checks:       rb.checks,
 		OnRedisDown:  cfg.onRedisDown,
-		Demo:         cfg.demo,
 		WriteTimeout: cfg.writeTimeout(),
 	}
 	if extra != nil {
@@ -191,6 +190,8 @@ var demo struct {
 	// supervise returns the serve function of --demo --instances N: the lab over N storefront
 	// processes, whose log lines go to stderr.
 	supervise func(stderr io.Writer) serveFunc
+	// strategies describes the demo's strategies, offered after the built-in ones with --demo.
+	strategies func() []inventory.StrategyInfo
 }
 
 // serveFunc serves until ctx ends (serve is the storefront's).

@@ -80,11 +80,11 @@ type Config struct {
 	// Debug lists the locks held by this process for /api/debug/locks (demo mode only);
 	// nil answers an empty list.
 	Debug DebugSource
-	// Intercept, when not nil, is asked about every purchase request once its path, headers
-	// and body are parsed: it may change the request, or return an error, answered as it
-	// classifies (an inventory.ErrInvalid one is 400 invalid_request). The lab builds its
-	// faults from a request header this way.
-	Intercept func(*http.Request, *inventory.PurchaseRequest) error
+	// Intercept, when not nil, is asked about every purchase request once it is parsed: it
+	// returns the inventory.Interceptor the purchase runs through (nil: none), or an error,
+	// answered as it classifies (an inventory.ErrInvalid one is 400 invalid_request). The
+	// lab builds its faults from a request header this way.
+	Intercept func(*http.Request) (inventory.Interceptor, error)
 	// Extend, when not nil, adds routes to the engine after the storefront's own (an
 	// extension's API). Its handlers answer errors with WriteError.
 	Extend func(*gin.Engine)
@@ -105,7 +105,7 @@ type server struct {
 	metrics         *Metrics
 	debug           DebugSource
 	offered         map[string]bool // the service's strategies
-	intercept       func(*http.Request, *inventory.PurchaseRequest) error
+	intercept       func(*http.Request) (inventory.Interceptor, error)
 	extend          func(*gin.Engine)
 	pages           *Pages
 }

@@ -28,6 +28,10 @@ const (
 // the Idempotency-Key was already used for the same request.
 func (s *server) purchase(c *gin.Context) {
 	req, err := s.parsePurchase(c)
+	var intercept inventory.Interceptor
+	if err == nil && s.intercept != nil {
+		intercept, err = s.intercept(c.Request)
+	}
 	if err != nil {
 		s.serverTiming(c, inventory.Spent{})
 		writeError(c, err)
@@ -35,7 +39,11 @@ func (s *server) purchase(c *gin.Context) {
 		return
 	}
 	start := time.Now()
-	receipt, err := s.svc.Purchase(c.Request.Context(), req)
+	ctx := c.Request.Context()
+	if intercept != nil {
+		ctx = inventory.WithInterceptor(ctx, intercept)
+	}
+	receipt, err := s.svc.Purchase(ctx, req)
 	if err != nil {
 		s.serverTiming(c, inventory.SpentOf(err))
 		writeError(c, err)
@@ -78,11 +86,6 @@ func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error
 	}
 	if req.Strategy, req.Work, err = s.demoHeaders(c.Request.Header); err != nil {
 		return req, err
-	}
-	if s.intercept != nil {
-		if err = s.intercept(c.Request, &req); err != nil {
-			return req, err
-		}
 	}
 	req.Quantity, err = decodeQuantity(c.Request.Body)
 	return req, err

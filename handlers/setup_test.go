@@ -23,7 +23,6 @@ import (
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 	"github.com/stockguard/stockguard/models"
-	"github.com/stockguard/stockguard/pitfalls"
 )
 
 const testToken = "test-admin-token"
@@ -69,7 +68,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = models.Close(db) })
 	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
-	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Demo: opts.demo, Holds: e.metrics}
+	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Holds: e.metrics}
 	hooks := locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix))
 	if opts.redis != nil {
 		rdb := opts.redis.Client(t)
@@ -89,20 +88,11 @@ func newEnv(t testing.TB, opts envOptions) *env {
 			Lease: opts.lease, CallTimeout: callTimeout, Hooks: hooks})
 		t.Cleanup(func() { _ = e.lockClient.Close() })
 		cfg.Locker = inventory.NewLocker(e.lockClient)
-		if opts.demo { // the demo strategies, as the lab wires them
-			po := func(name string) pitfalls.Options {
-				return pitfalls.Options{KeyPrefix: inventory.PitfallKeyPrefix(name),
-					Lease: cmp.Or(opts.lease, time.Second), Wait: cmp.Or(opts.lockWait, time.Second)}
-			}
-			cfg.Pitfalls = map[string]inventory.Locker{
-				inventory.StrategySetnxExpire: pitfalls.NewSetnxExpire(rdb, po(inventory.StrategySetnxExpire)),
-				inventory.StrategyDelRelease:  pitfalls.NewDelRelease(rdb, po(inventory.StrategyDelRelease)),
-				inventory.StrategyFixedLease:  pitfalls.NewFixedLease(rdb, po(inventory.StrategyFixedLease)),
-			}
-			cfg.Mirror = pitfalls.NewMirror(rdb, inventory.StockKeyPrefix)
-		}
 		cfg.Checks = []inventory.Check{{Name: "redis " + opts.redis.Addr(), Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}}
 		cfg.Default = inventory.StrategyLockGuard
+	}
+	if opts.demo {
+		cfg.Extra = demoRows(t, opts) // none in the nodemo build
 	}
 	if opts.defaultStrategy != "" {
 		cfg.Default = opts.defaultStrategy

@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 // Package lab is stockguard's lock lab: a page that fires bursts of buyers at one item across
 // storefront instances and draws their locks, leases and fences from each instance's event
 // stream, with faults to inject (a stalled holder, a SIGSTOPped holder, a holder that dies

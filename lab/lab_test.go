@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package lab_test
 
 import (
@@ -153,6 +155,9 @@ func TestLabSingleProcess(t *testing.T) {
 	s := openStream(t, e.srv.URL)
 	res = labRun(t, e, `{"strategy":"lock+guard","buyers":4,"work_ms":10,"quantity":1,"item":`+id(2)+`,"fault":"stall"}`)
 	assert.Equal(t, "SAFE", res["verdict"], "%v", res)
+	stall := s.next(t, lab.EventStall)
+	assert.EqualValues(t, 3000, stall.StallMS, "three leases")
+	assert.Equal(t, "lock+guard", stall.Strategy)
 	refused := s.next(t, inventory.EventFenceRefused)
 	assert.Greater(t, refused.Seen, refused.Token)
 

@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package lab_test
 
 import (
@@ -55,13 +57,13 @@ func newEnv(t testing.TB, opts envOptions) *env {
 
 	sctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	sf := lab.NewStorefront(sctx, lab.StorefrontConfig{Redis: rdb, Lease: opts.lease, LockWait: opts.lockWait, StallFor: 3 * opts.lease})
+	sf := lab.NewStorefront(sctx, lab.StorefrontConfig{Redis: rdb, Lease: opts.lease, LockWait: opts.lockWait, StallFor: 3 * opts.lease, Strategy: inventory.StrategyLockGuard})
 	t.Cleanup(func() { _ = sf.Close() })
 	lockOpts := &locking.Options{KeyPrefix: inventory.LockKeyPrefix, Lease: opts.lease, Wait: opts.lockWait,
 		CallTimeout: opts.lease / 4, Hooks: sf.LockHooks()}
 	lc := locking.New(rdb, lockOpts)
 	t.Cleanup(func() { _ = lc.Close() })
-	icfg := inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Default: inventory.StrategyLockGuard, Demo: true}
+	icfg := inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Default: inventory.StrategyLockGuard}
 	sf.Inventory(&icfg, lockOpts)
 	svc, err := inventory.NewService(icfg)
 	require.NoError(t, err)

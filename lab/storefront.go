@@ -1,9 +1,9 @@
+//go:build !nodemo
+
 package lab
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -25,6 +25,8 @@ type StorefrontConfig struct {
 	// StallFor is how long the stall fault stops a purchase before its write: longer than
 	// Lease, so that the stalled holder's lease runs out.
 	StallFor time.Duration
+	// Strategy is the storefront's default strategy (a purchase without X-Strategy).
+	Strategy string
 }
 
 // Storefront is the lab in one --demo storefront process: the event hub streamed on
@@ -33,9 +35,10 @@ type StorefrontConfig struct {
 // Inventory into the inventory configuration, Handlers into the handlers configuration; Close
 // after the server has drained.
 type Storefront struct {
-	cfg    StorefrontConfig
-	events *Events
-	stall  *locking.Client // the stall fault's locks; nil until Inventory
+	cfg         StorefrontConfig
+	events      *Events
+	stall       *locking.Client  // the stall fault's lock client; nil until Inventory
+	stallLocker inventory.Locker // its locks
 }
 
 // NewStorefront returns the lab of one storefront process. Its event streams end when ctx
@@ -53,26 +56,25 @@ func (s *Storefront) Events() *Events { return s.events }
 // lock client of the item locks (locking.JoinHooks).
 func (s *Storefront) LockHooks() locking.Hooks { return inventory.ObserverHooks(s.events) }
 
-// Inventory adds the lab to the inventory service's configuration: the hub as its observer,
-// the demo strategies' locks and stock mirror, and the stall fault, whose locks come from a
-// second lock client with lockOpts (the storefront's item lock options) and the watchdog
+// Inventory adds the lab to the inventory service's configuration: the hub as its observer
+// and the demo strategies (their rows after the built-in ones). It also makes the stall
+// fault's lock client, with lockOpts (the storefront's item lock options) and the watchdog
 // off, so that a stalled holder's lease runs out as it would if a stop-the-world pause had
 // stopped its watchdog too.
 func (s *Storefront) Inventory(icfg *inventory.Config, lockOpts *locking.Options) {
 	icfg.Observer = s.events
-	icfg.Pitfalls, icfg.Mirror = demoStrategies(s.cfg)
+	icfg.Extra = append(icfg.Extra, demoStrategies(s.cfg)...)
 	opts := *lockOpts
 	opts.DisableWatchdog = true
 	s.stall = locking.New(s.cfg.Redis, &opts)
-	icfg.StallFor = s.cfg.StallFor
-	icfg.StallLocker = inventory.NewLocker(s.stall)
+	s.stallLocker = inventory.NewLocker(s.stall)
 }
 
 // Handlers adds the lab to the handlers' configuration: the faults of X-Fault, the lab page,
 // /api/events and the lab's API (its reset loads the lab catalogue into cat).
 func (s *Storefront) Handlers(hcfg *handlers.Config, cat Catalogue) {
 	l := &api{lease: s.cfg.Lease, cat: cat, hc: newLabClient()}
-	hcfg.Intercept = faults
+	hcfg.Intercept = s.faults
 	hcfg.Pages = pages()
 	hcfg.Extend = func(r *gin.Engine) {
 		r.GET("/api/events", handlers.LimitBody(handlers.MaxBodyBytes), s.events.Serve)
@@ -87,25 +89,4 @@ func (s *Storefront) Close() error {
 		return nil
 	}
 	return s.stall.Close()
-}
-
-// HeaderFault is the purchase header of the lab's faults: "stall" stops the purchase before
-// its write for longer than its lock's lease; "crash" (setnx-expire only) makes its lock's
-// holder die between SETNX and EXPIRE.
-const HeaderFault = "X-Fault"
-
-// faults reads X-Fault into the purchase request.
-func faults(r *http.Request, req *inventory.PurchaseRequest) error {
-	values, ok := r.Header[http.CanonicalHeaderKey(HeaderFault)]
-	switch {
-	case !ok:
-		return nil
-	case len(values) == 1 && values[0] == faultStall:
-		req.Stall = true
-		return nil
-	case len(values) == 1 && values[0] == faultCrash:
-		req.Crash = true
-		return nil
-	}
-	return fmt.Errorf("%w: %s must be %q or %q", inventory.ErrInvalid, HeaderFault, faultStall, faultCrash)
 }
