@@ -20,6 +20,10 @@ func TestNodemoBuild(t *testing.T) {
 	code := run(t.Context(), []string{"--demo", "--instances", "2"}, func(string) string { return "" }, &stderr)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr.String(), "-tags nodemo")
+	stderr.Reset()
+	code = run(t.Context(), []string{"--demo", "--strategy", "setnx-expire"}, func(string) string { return "" }, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr.String(), `unknown strategy "setnx-expire"`, "no demo strategies in this build")
 
 	rs := redistest.Start(t)
 	s := startServer(t, nil, append(baseArgs(t), "--redis", rs.URL())...)
