@@ -126,7 +126,7 @@ func checkItem(ctx context.Context, item int64, ops []Operation, opts Options) (
 		res.Result, res.Reason = Unknown, "not checked: "+cmp.Or(context.Cause(ctx), context.DeadlineExceeded).Error()
 		return res, nil
 	}
-	model := stockModel(opts.Stock[item])
+	model := stockModel(opts.Stock[item], landmarksOf(hist))
 	start := time.Now()
 	verdict, info := porcupine.CheckOperationsVerbose(model, hist, timeout)
 	res.Elapsed = time.Since(start)
@@ -240,6 +240,7 @@ func prepare(ops []Operation) (hist []porcupine.Operation, skipped int, conflict
 		hist = append(hist, op)
 	}
 	assignLanes(hist)
+	rankUnknown(hist)
 	return hist, skipped, strings.Join(conflicts, "; ")
 }
 
@@ -257,6 +258,26 @@ func metadata(in input, causes []string) string {
 		parts = append(parts, "unknown: "+strings.Join(causes, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// rankUnknown numbers the purchases of unknown outcome of each quantity in the order they
+// were sent (see state).
+func rankUnknown(hist []porcupine.Operation) {
+	var order []int
+	for i, h := range hist {
+		if _, ok := h.Output.(Indeterminate); ok {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(hist[a].Call, hist[b].Call) })
+	next := map[int]int{}
+	for _, i := range order {
+		in := hist[i].Input.(input)
+		q := in.op.(Purchase).Quantity
+		in.rank = next[q]
+		next[q]++
+		hist[i].Input = in
+	}
 }
 
 // assignLanes gives each operation the lowest client lane free when it is invoked (lanes are

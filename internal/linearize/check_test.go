@@ -276,13 +276,14 @@ func TestIdempotencyKeys(t *testing.T) {
 }
 
 func TestTimeoutReportsUnknown(t *testing.T) {
-	// 40 concurrent purchases of unknown outcome, then a read no subset of them explains:
-	// deciding it takes 2^40 steps, so the bounded check must say Unknown, never Ok.
+	// 40 concurrent purchases of unknown outcome, of 1 to 40 units, then a read that no
+	// subset of them explains (they sum to 820): deciding it takes 2^40 steps, so the bounded
+	// check must say Unknown, never Ok.
 	var ops []Operation
 	for i := range 40 {
-		ops = append(ops, at(buy(1), Indeterminate{Cause: "timeout"}, i, 50+i))
+		ops = append(ops, at(buy(i+1), Indeterminate{Cause: "timeout"}, i, 50+i))
 	}
-	ops = append(ops, at(read(), Stock{Units: 959}, 100, 110))
+	ops = append(ops, at(read(), Stock{Units: 1000 - 821}, 100, 110))
 	start := time.Now()
 	res, err := Check(context.Background(), ops, Options{Stock: map[int64]int{item: 1000}, Timeout: 50 * time.Millisecond})
 	if err != nil {
