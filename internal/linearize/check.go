@@ -134,10 +134,10 @@ func checkItem(ctx context.Context, item int64, ops []Operation, opts Options) (
 	case porcupine.Ok:
 		res.Result = Ok
 	case porcupine.Unknown:
-		res.Result, res.Reason = Unknown, fmt.Sprintf("undecided after %v", timeout)
+		res.Result, res.Reason = Unknown, fmt.Sprintf("undecided after %v", timeout.Round(time.Millisecond))
 	default:
 		res.Result = Illegal
-		res.Reason = fmt.Sprintf("no order of the %d operations explains every answer; the longest that does covers %d",
+		res.Reason = fmt.Sprintf("no order of the %d operations explains every answer; the longest partial order places %d",
 			len(hist), longestPrefix(info))
 		if opts.VisualizationPath == nil {
 			return res, nil
@@ -273,7 +273,11 @@ func rankUnknown(hist []porcupine.Operation) {
 	next := map[int]int{}
 	for _, i := range order {
 		in := hist[i].Input.(input)
-		q := in.op.(Purchase).Quantity
+		p, ok := in.op.(Purchase)
+		if !ok {
+			continue
+		}
+		q := p.Quantity
 		in.rank = next[q]
 		next[q]++
 		hist[i].Input = in

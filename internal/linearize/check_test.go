@@ -61,7 +61,7 @@ func TestOverlappingSalesWithOneRemainingAreALostUpdate(t *testing.T) {
 		at(buy(1), Sold{Remaining: 4}, 1, 11),
 	)
 	wantResult(t, got, Illegal)
-	if !strings.Contains(got.Reason, "the longest that does covers 1") {
+	if !strings.Contains(got.Reason, "the longest partial order places 1") {
 		t.Fatalf("reason %q", got.Reason)
 	}
 	// The same two answers one after the other in a correct order are a history.

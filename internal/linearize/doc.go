@@ -37,6 +37,13 @@
 // operation that returns after every other one, so "never" is the order where it comes
 // last. A read without answer is left out.
 //
+// To keep the search short, the model also refuses steps that can only lead to orders that
+// fail later (a sale that leaves a stock some read still has to see, a purchase of unknown
+// outcome taking the place of the sale whose receipt starts at that stock; see landmarks and
+// state in model.go): it accepts exactly the histories the table accepts, and a test checks
+// it against the bare table on random histories. The visualization marks such steps invalid
+// like the others.
+//
 // # Idempotency keys
 //
 // The server writes at most one order per Idempotency-Key. Attempts of one purchase sharing

@@ -69,6 +69,6 @@ func ExampleCheck() {
 	fmt.Println(res[0].Result, "-", res[0].Reason)
 	fmt.Println(filepath.Base(res[0].Visualization))
 	// Output:
-	// illegal - no order of the 2 operations explains every answer; the longest that does covers 1
+	// illegal - no order of the 2 operations explains every answer; the longest partial order places 1
 	// item-1.html
 }
