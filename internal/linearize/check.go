@@ -126,6 +126,7 @@ func checkItem(ctx context.Context, item int64, ops []Operation, opts Options) (
 		res.Result, res.Reason = Unknown, "not checked: "+cmp.Or(context.Cause(ctx), context.DeadlineExceeded).Error()
 		return res, nil
 	}
+	canonicalize(hist)
 	model := stockModel(opts.Stock[item], landmarksOf(hist))
 	start := time.Now()
 	verdict, info := porcupine.CheckOperationsVerbose(model, hist, timeout)
@@ -240,7 +241,6 @@ func prepare(ops []Operation) (hist []porcupine.Operation, skipped int, conflict
 		hist = append(hist, op)
 	}
 	assignLanes(hist)
-	rankUnknown(hist)
 	return hist, skipped, strings.Join(conflicts, "; ")
 }
 
@@ -260,27 +260,48 @@ func metadata(in input, causes []string) string {
 	return strings.Join(parts, "; ")
 }
 
-// rankUnknown numbers the purchases of unknown outcome of each quantity in the order they
-// were sent (see state).
-func rankUnknown(hist []porcupine.Operation) {
-	var order []int
-	for i, h := range hist {
-		if _, ok := h.Output.(Indeterminate); ok {
-			order = append(order, i)
-		}
+// canonicalize readies the history for the search without changing its verdict (see state
+// in model.go): it numbers, in the order they were sent, the purchases of unknown outcome of
+// each quantity and the reads of each value; and it moves the call of each refusal for want
+// of stock (sold out, insufficient) to its return. Such a refusal changes nothing and, the
+// stock never going up, stays true once it is: an order that places it earlier can place it
+// at its return instead, and the search no longer tries every subset of the refusals in
+// flight.
+func canonicalize(hist []porcupine.Operation) {
+	order := make([]int, len(hist))
+	for i := range order {
+		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(hist[a].Call, hist[b].Call) })
-	next := map[int]int{}
+	type class struct {
+		read  bool
+		value int // the quantity of a purchase, the stock a read returned
+	}
+	next := map[class]int{}
 	for _, i := range order {
 		in := hist[i].Input.(input)
-		p, ok := in.op.(Purchase)
-		if !ok {
+		var c class
+		switch out := hist[i].Output.(type) {
+		case Indeterminate:
+			p, ok := in.op.(Purchase)
+			if !ok {
+				continue
+			}
+			c = class{value: p.Quantity}
+		case Stock:
+			c = class{read: true, value: out.Units}
+		default:
 			continue
 		}
-		q := p.Quantity
-		in.rank = next[q]
-		next[q]++
+		in.rank = next[c]
+		next[c]++
 		hist[i].Input = in
+	}
+	for i := range hist {
+		switch hist[i].Output.(type) {
+		case SoldOut, Insufficient:
+			hist[i].Call = hist[i].Return
+		}
 	}
 }
 

@@ -8,8 +8,9 @@ import (
 )
 
 // input is what the model steps on: an operation, and how many attempts (requests sharing
-// one Idempotency-Key) it stands for. A purchase of unknown outcome also has its rank among
-// those of its quantity, in the order they were sent (see state.unknown).
+// one Idempotency-Key) it stands for. A purchase of unknown outcome, and a read, also have
+// their rank among those of the same quantity, or of the same value read, in the order
+// they were sent (see state).
 type input struct {
 	op       Op
 	key      string
@@ -19,11 +20,15 @@ type input struct {
 
 // state is an item's state in the model: its stock; how many reads of that stock have been
 // ordered since the stock took that value; how many purchases of unknown outcome have been
-// ordered, per quantity. The last two are there for the search, not for the specification:
-// see landmarks for the reads. Purchases of unknown outcome and equal quantity are
-// interchangeable but for when they were sent, so the model orders them in that order (one
-// that came before another can take its place in any order that places the other): the
-// search then tries one way of choosing which of them took effect where, not all of them.
+// ordered, per quantity.
+//
+// The last two are there for the search, not for the specification: they make it try one
+// order of interchangeable operations, not every subset of them. Purchases of unknown
+// outcome and equal quantity are interchangeable but for when they were sent, so the model
+// orders them in that order (one sent earlier can take the place of one sent later in any
+// order). The operations ordered while the stock keeps one value change nothing, so they can
+// be ordered among themselves as they were sent; the model orders the reads of each value
+// so. With the landmarks, this accepts exactly the histories the stock alone accepts.
 type state struct {
 	units   int
 	reads   int
@@ -134,7 +139,7 @@ func step(s state, in input, out Outcome, lm landmarks) (bool, state) {
 	case Read:
 		switch o := out.(type) {
 		case Stock:
-			if o.Units == s.units {
+			if o.Units == s.units && in.rank == s.reads {
 				return true, state{units: s.units, reads: s.reads + 1, unknown: s.unknown}
 			}
 			return false, s
