@@ -28,7 +28,8 @@ const DefaultTimeout = 30 * time.Second
 // Options are Check's inputs beside the history.
 type Options struct {
 	// Stock is each item's stock before the first operation. An item of the history that is
-	// missing here is an error.
+	// missing here is an error. The model's stock only goes down: a history spans no
+	// restock and no catalogue reset (record each run with its own Recorder).
 	Stock map[int64]int
 	// Timeout bounds the search for one item (0: DefaultTimeout); an item not decided in
 	// time is Unknown. The context's deadline, if sooner, bounds it too.

@@ -37,12 +37,14 @@
 // operation that returns after every other one, so "never" is the order where it comes
 // last. A read without answer is left out.
 //
-// To keep the search short, the model also refuses steps that can only lead to orders that
-// fail later (a sale that leaves a stock some read still has to see, a purchase of unknown
-// outcome taking the place of the sale whose receipt starts at that stock; see landmarks and
-// state in model.go): it accepts exactly the histories the table accepts, and a test checks
-// it against the bare table on random histories. The visualization marks such steps invalid
-// like the others.
+// Linearizability checking is NP-complete in general; what keeps this one short is that the
+// stock never goes up. The model refuses the steps that can only lead to orders that fail
+// later (a sale that leaves a stock some read has yet to see), tries interchangeable
+// operations in one order only (purchases of unknown outcome and equal quantity, reads of
+// one value: in the order they were sent), and a sold-out or insufficient refusal, true
+// once it is true, is checked at its answer (and drawn there in the visualization). None of
+// this changes a verdict: a test checks the model against the bare table on random
+// histories. See landmarks, state and canonicalize in the source.
 //
 // # Idempotency keys
 //

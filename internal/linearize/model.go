@@ -42,8 +42,8 @@ type state struct {
 // They are there for the search, not for the specification. The stock never goes up, so
 // each landmark is one stretch of the order, and the model refuses a step that would leave
 // it too soon: a decrement that jumps over a landmark, one that leaves a value before all
-// its reads are ordered, and one that leaves the stock before a sale other than the sale
-// whose receipt starts there. Each refused step leads only to orders that fail later, when
+// its reads are ordered, and a purchase of unknown outcome that leaves a value where a
+// receipt says a sale started (that sale could no longer be placed). Each refused step leads only to orders that fail later, when
 // a read or a sale that can no longer be placed returns (then the search would retry every
 // order of everything in between); the model accepts exactly the orders the stock alone
 // accepts. (A model in which the stock can go up, a restock, needs other landmarks.)
@@ -119,15 +119,18 @@ func step(s state, in input, out Outcome, lm landmarks) (bool, state) {
 			return true, s
 		case Indeterminate: // took effect here (a conditional decrement), or never: then it is
 			// ordered after everything else, where it changes nothing that is checked
-			if q < 0 || q >= len(s.unknown) && in.rank > 0 || q < len(s.unknown) && s.unknown[q] != in.rank {
+			if q <= 0 {
+				return true, s // an invalid quantity: refused
+			}
+			if s.unknownOrdered(q) != in.rank {
 				return false, s // one of its quantity sent before it is not ordered yet
 			}
-			ok, next := true, s
+			next := s
 			if s.units >= q {
-				ok, next = lm.take(s, q, false)
-			}
-			if !ok {
-				return false, s
+				ok := false
+				if ok, next = lm.take(s, q, false); !ok {
+					return false, s
+				}
 			}
 			next.unknown = slices.Clone(s.unknown)
 			if q >= len(next.unknown) {
@@ -148,6 +151,14 @@ func step(s state, in input, out Outcome, lm landmarks) (bool, state) {
 		}
 	}
 	return false, s
+}
+
+// unknownOrdered returns how many purchases of unknown outcome of q units are ordered.
+func (s state) unknownOrdered(q int) int {
+	if q < len(s.unknown) {
+		return s.unknown[q]
+	}
+	return 0
 }
 
 // take sells q units at s, if the landmarks allow it: receipted tells a sale with a receipt
