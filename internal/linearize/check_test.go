@@ -205,6 +205,33 @@ func TestSoldOutAndInsufficient(t *testing.T) {
 	})
 }
 
+// A batch that admits a purchase and answers the next one from the stock it has not written
+// yet tells that buyer "insufficient" while the units are all still there. Seen from the
+// clients, the sale may have taken effect before the refusal, unless something shows it
+// did not: a read, or the batch failing.
+func TestRefusalFromUnwrittenStock(t *testing.T) {
+	t.Run("answered before the batch commits", func(t *testing.T) {
+		hist := []Operation{
+			at(buy(2), Sold{Remaining: 1}, 0, 100), // its batch commits at 80
+			at(buy(2), Insufficient{}, 10, 30),     // answered at 30 from 3-2
+		}
+		wantResult(t, checkOne(t, 3, hist...), Ok)
+		wantResult(t, checkOne(t, 3, append(hist, at(read(), Stock{Units: 3}, 40, 50))...), Illegal)
+	})
+	t.Run("answered after it commits", func(t *testing.T) {
+		wantResult(t, checkOne(t, 3,
+			at(buy(2), Sold{Remaining: 1}, 0, 100),
+			at(buy(2), Insufficient{}, 10, 90),
+		), Ok)
+	})
+	t.Run("the batch never commits", func(t *testing.T) {
+		wantResult(t, checkOne(t, 3,
+			at(buy(2), Refused{Code: "lock_lost"}, 0, 100),
+			at(buy(2), Insufficient{}, 10, 90),
+		), Illegal)
+	})
+}
+
 func TestRefusedIsLeftOut(t *testing.T) {
 	got := checkOne(t, 5,
 		at(buy(1), Refused{Code: "lock_lost"}, 0, 10),

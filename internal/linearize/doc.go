@@ -29,8 +29,9 @@
 // server may decide from a read made before its write, under a lock or not, as long as that
 // read is made after the request arrived, since the instant of the read is then in the
 // window. A refusal decided from stock that was not yet (or never) written (a batch that
-// counts its own members' units before committing them) is a false promise, and the
-// checker reports it. Refused promises only that nothing was written; Check leaves refused
+// counts its own members' units before committing them, and answers before it commits) is
+// a false promise, which the checker reports when the history shows it: a read that still
+// sees the units after the refusal was answered, or a batch that never commits. Refused promises only that nothing was written; Check leaves refused
 // purchases out (they constrain nothing). Indeterminate promises nothing: the purchase took
 // effect at some instant after its request (a conditional decrement, so it could not
 // oversell), possibly after the client stopped waiting, or never; it is checked as an
