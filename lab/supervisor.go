@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/stockguard/stockguard/handlers"
 	"github.com/stockguard/stockguard/internal/procutil"
+	"github.com/stockguard/stockguard/internal/storeapi"
 	"github.com/stockguard/stockguard/inventory"
 )
 
@@ -188,41 +188,33 @@ func (s *Supervisor) Pause(ctx context.Context, itemID int64) (Paused, error) {
 	return Paused{}, fmt.Errorf("%w: item %d", ErrNotHeld, itemID)
 }
 
-// holder returns a running child that holds item's lock, and the lock.
-func (s *Supervisor) holder(ctx context.Context, itemID int64) (*child, inventory.HeldLock, bool) {
+// holder returns a running child that holds item's lock, and the lock (the first of the
+// children, in their order, that says so on /api/debug/locks).
+func (s *Supervisor) holder(ctx context.Context, itemID int64) (*child, storeapi.HeldLock, bool) {
+	var running []*child
+	var bases []string
 	for _, c := range s.children {
 		c.mu.Lock()
 		paused := c.paused != nil
 		c.mu.Unlock()
-		if paused {
-			continue // a stopped process would not answer
-		}
-		var body struct {
-			Locks []inventory.HeldLock `json:"locks"`
-		}
-		if err := getJSON(ctx, s.hc, c.url+"/api/debug/locks", &body); err != nil {
-			continue
-		}
-		for _, l := range body.Locks {
-			if l.ItemID == itemID {
-				return c, l, true
-			}
+		if !paused { // a stopped process would not answer
+			running = append(running, c)
+			bases = append(bases, c.url)
 		}
 	}
-	return nil, inventory.HeldLock{}, false
+	h, ok := storeapi.FindHolder(ctx, s.hc, bases, itemID)
+	if !ok {
+		return nil, storeapi.HeldLock{}, false
+	}
+	return running[h.Index], h.Lock, true
 }
 
-// stillHeld tells whether the lock exists in Redis with its token as the last fencing token
-// issued (the Redis keys are the ones /api/debug/locks names).
-func (s *Supervisor) stillHeld(ctx context.Context, held inventory.HeldLock) bool {
+// stillHeld tells whether Redis still shows the lock held as held (its key exists and its
+// token is the last fencing token issued).
+func (s *Supervisor) stillHeld(ctx context.Context, held storeapi.HeldLock) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	n, err := s.rdb.Exists(ctx, held.RedisKey).Result()
-	if err != nil || n == 0 {
-		return false
-	}
-	fence, err := s.rdb.Get(ctx, held.FenceKey).Int64()
-	return err == nil && fence == held.Token
+	return storeapi.StillHeld(ctx, s.rdb, held)
 }
 
 // resume sends SIGCONT to a paused child.
@@ -251,22 +243,6 @@ func (s *Supervisor) Stop(grace time.Duration) {
 		}()
 	}
 	wg.Wait()
-}
-
-func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return errors.New(resp.Status)
-	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
 }
 
 // lockedWriter serialises the children's lines onto one writer.

@@ -162,6 +162,14 @@ func TestLabSupervisor(t *testing.T) {
 	}
 	assert.Equal(t, 6, total, "every buyer got an answer after SIGCONT: %v", r.Answers)
 
+	var n struct {
+		Note   string `json:"note"`
+		Paused any    `json:"paused"`
+	}
+	require.Equal(t, 200, s.call("POST", "/api/lab/run", labRunBody("guard", 2, 0, items[2], "pause"), &n))
+	assert.Nil(t, n.Paused)
+	assert.Contains(t, n.Note, "takes no lock", "takes_lock of GET /api/strategies")
+
 	var e struct {
 		Error struct{ Code string } `json:"error"`
 	}
