@@ -99,7 +99,9 @@ type Multi struct {
 // after another; renewals and the release are pipelined (one round trip per node). One
 // watchdog, started with the first key, renews every key taken (every Lease/3, one pipelined
 // call), and applies the single lock's loss rule to the hold as a whole, counted from the
-// last renewal that extended every key.
+// last renewal that extended every key. With DisableWatchdog the hold ends (Done, ErrLost)
+// just before the first key's lease runs out: one lease after the first key was taken, not
+// after the last.
 //
 // WithWait sets the wait of the whole call; WithFloor, when given, is a floor for every key
 // (raised to a key's own Floor). A Multi is not re-entered: under a context from

@@ -675,3 +675,31 @@ func TestMultiScriptFlushed(t *testing.T) {
 	require.NoError(t, m.Release(ctx))
 	assert.Zero(t, exists(t, c, a, b))
 }
+
+// In spin mode (no subscription) a Multi waits by polling, key by key, and gets in once the
+// holder of its keys releases them.
+func TestMultiSpin(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, nil)
+	spinner := newClient(t, nil, &Options{Spin: &SpinOptions{}})
+	ctx := ctxT(t, 10*time.Second)
+	a, b := uniqueKey(t), uniqueKey(t)
+	m, err := c.ObtainMany(ctx, kf(a, b))
+	require.NoError(t, err)
+	got := make(chan *Multi, 1)
+	go func() {
+		m2, err := spinner.ObtainMany(ctx, kf(b, a))
+		assert.NoError(t, err)
+		got <- m2
+	}()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, m.Release(ctx))
+	select {
+	case m2 := <-got:
+		require.NotNil(t, m2)
+		assert.Greater(t, m2.Token(a), m.Token(a))
+		require.NoError(t, m2.Release(ctx))
+	case <-time.After(3 * time.Second):
+		t.Fatal("the spinning Multi did not get in")
+	}
+}
