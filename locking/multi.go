@@ -47,7 +47,7 @@ type KeyLostError struct {
 
 // Error names the key and the cause.
 func (e *KeyLostError) Error() string {
-	return fmt.Sprintf("locking: multi-key lock lost its key %q: %v", e.Key, e.Err)
+	return fmt.Sprintf("%v (key %q of a multi-key lock)", e.Err, e.Key)
 }
 
 // Unwrap returns Err (which wraps ErrLost).
@@ -381,6 +381,7 @@ func (m *Multi) lose(err error) {
 	abort := m.abort
 	m.mu.Unlock()
 	if abort != nil {
+		m.c.log.Warn("locking: multi-key lock lost while obtaining", "key", key, "keys", m.Keys(), "err", err)
 		abort(lost)
 		return
 	}

@@ -48,47 +48,58 @@ func waitMultiDone(t *testing.T, m *Multi, limit time.Duration) time.Duration {
 }
 
 // Two holders taking {a,b} and {b,a} a thousand times each, from two Clients (two
-// connection pools, as two processes): canonical order means neither ever holds one key
-// while the other holds the second, so every iteration succeeds well inside its wait, and
-// the two never overlap.
+// connection pools, as two processes) and from one Client (its waiters queue in the process
+// first): canonical order means neither ever holds one key while the other holds the
+// second, so every iteration succeeds well inside its wait, and the two never overlap.
 func TestMultiOppositeOrdersNeverDeadlock(t *testing.T) {
-	verifyNoLeaks(t)
-	const rounds = 1000
-	opts := &Options{Wait: 10 * time.Second}
-	clients := []*Client{newClient(t, nil, opts), newClient(t, nil, opts)}
-	ctx := ctxT(t, 3*time.Minute) // the generous overall deadline: never stuck
-	a, b := uniqueKey(t), uniqueKey(t)
-	orders := [][]KeyFloor{kf(a, b), kf(b, a)}
-	var (
-		inside atomic.Int32
-		done   [2]int
-		wg     sync.WaitGroup
-	)
-	start := time.Now()
-	for g := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				m, err := clients[g].ObtainMany(ctx, orders[g])
-				if !assert.NoError(t, err, "iteration %d of holder %d", done[g], g) {
-					return
-				}
-				if n := inside.Add(1); n != 1 {
-					assert.Fail(t, "two holders inside", "%d", n)
-				}
-				inside.Add(-1)
-				if !assert.NoError(t, m.Release(ctx)) {
-					return
-				}
-				done[g]++
+	for _, shared := range []bool{false, true} {
+		name := "two clients"
+		if shared {
+			name = "one client"
+		}
+		t.Run(name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			const rounds = 1000
+			opts := &Options{Wait: 10 * time.Second}
+			clients := []*Client{newClient(t, nil, opts), newClient(t, nil, opts)}
+			if shared {
+				clients[1] = clients[0]
 			}
-		}()
+			ctx := ctxT(t, 3*time.Minute) // the generous overall deadline: never stuck
+			a, b := uniqueKey(t), uniqueKey(t)
+			orders := [][]KeyFloor{kf(a, b), kf(b, a)}
+			var (
+				inside atomic.Int32
+				done   [2]int
+				wg     sync.WaitGroup
+			)
+			start := time.Now()
+			for g := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						m, err := clients[g].ObtainMany(ctx, orders[g])
+						if !assert.NoError(t, err, "iteration %d of holder %d", done[g], g) {
+							return
+						}
+						if n := inside.Add(1); n != 1 {
+							assert.Fail(t, "two holders inside", "%d", n)
+						}
+						inside.Add(-1)
+						if !assert.NoError(t, m.Release(ctx)) {
+							return
+						}
+						done[g]++
+					}
+				}()
+			}
+			wg.Wait()
+			assert.Equal(t, [2]int{rounds, rounds}, done)
+			t.Logf("%d ObtainMany+Release of two keys in opposite orders in %s", 2*rounds, time.Since(start))
+			assert.Zero(t, exists(t, clients[0], a, b), "nothing left held")
+		})
 	}
-	wg.Wait()
-	assert.Equal(t, [2]int{rounds, rounds}, done)
-	t.Logf("%d ObtainMany+Release of two keys in opposite orders in %s", 2*rounds, time.Since(start))
-	assert.Zero(t, exists(t, clients[0], a, b), "nothing left held")
 }
 
 // A Multi over {a,b} excludes single locks on a and on b, and a single lock on b keeps a

@@ -17,7 +17,9 @@ import (
 // context derived from it), Obtain re-enters that lock instead: it increments its hold count,
 // keeps its tokens, and returns a new Lock handle to release separately; the key is deleted
 // only when the last handle is released. Other contexts never re-enter: two goroutines of
-// one process with plain contexts exclude each other like two processes.
+// one process with plain contexts exclude each other like two processes. A Multi is not
+// re-entered: under a context from Multi.Context whose Multi holds key, Obtain fails at once
+// (ErrNotObtained) instead of waiting for its own key.
 //
 // It returns ErrNotObtained when the wait ended (joined with ctx.Err() when ctx ended it, and
 // with ErrLost when a re-entry finds its lock lost), ErrClosed after Client.Close,
