@@ -714,3 +714,31 @@ func TestMultiSpin(t *testing.T) {
 		t.Fatal("the spinning Multi did not get in")
 	}
 }
+
+// A key found gone only by Release (before the watchdog's next renewal): the other keys are
+// released all the same, Release returns ErrNotHeld, and the holder hears of that key as a
+// loss (Lost hook), of the others as releases.
+func TestMultiReleaseFindsKeyGone(t *testing.T) {
+	var mu sync.Mutex
+	lost := map[string]error{}
+	released := map[string]int{}
+	c := newClient(t, nil, &Options{Hooks: Hooks{
+		Lost:     func(k string, err error) { mu.Lock(); lost[k] = err; mu.Unlock() },
+		Released: func(k string, _ time.Duration) { mu.Lock(); released[k]++; mu.Unlock() },
+	}})
+	ctx := ctxT(t, 10*time.Second)
+	a, b, z := uniqueKey(t), uniqueKey(t), uniqueKey(t)
+	m, err := c.ObtainMany(ctx, kf(a, b, z))
+	require.NoError(t, err)
+	require.NoError(t, c.rdb.Del(ctx, c.RedisKey(b)).Err())
+	require.ErrorIs(t, m.Release(ctx), ErrNotHeld)
+	assert.Zero(t, exists(t, c, a, z), "the other keys released")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, map[string]int{a: 1, z: 1}, released)
+	require.Len(t, lost, 1)
+	var kl *KeyLostError
+	require.ErrorAs(t, lost[b], &kl)
+	assert.Equal(t, b, kl.Key)
+	assert.ErrorIs(t, kl, errTaken)
+}
