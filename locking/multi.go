@@ -86,9 +86,10 @@ type Multi struct {
 // gives back the keys it took, so nothing is left held.
 //
 // Canonical order is what makes waiting safe: a caller waits for a key only while holding
-// keys that sort before it, so two Multis that share keys never wait for each other in a
-// cycle (the one holding the smaller shared key is never waiting for a key the other holds),
-// and {a,b} against {b,a} cannot deadlock. The price is that keys taken early stay held,
+// keys that sort before it. A cycle of waiters (each holding a key the next one waits for)
+// would need the keys to increase all the way round the cycle, back to where it started,
+// which is impossible: Multis never deadlock among themselves, and {a,b} against {b,a} is
+// safe. Every Client sorts the same names the same way (byte order of the key). The price is that keys taken early stay held,
 // renewed, while the later ones are awaited: the whole call is bounded by one wait limit
 // (Options.Wait, WithWait; ctx may end it sooner), not one per key. Canonical order covers
 // the keys of one call only: a caller that already holds a lock and then obtains more
