@@ -29,8 +29,8 @@ var errInLock = errors.New("locking: the context holds one of the keys through a
 // max(counter, Floor)+1, as with WithFloor for one key, so that it stays above a token the
 // caller stored (an item's fence_token) even if Redis lost its counter.
 type KeyFloor struct {
-	Key   string
-	Floor int64
+	Key   string // the key, without the prefix (as for Obtain); never ""
+	Floor int64  // the token issued is above it; 0 for none
 }
 
 // KeyLostError is the error of a Multi that lost one of its keys: what Multi.Err returns,
