@@ -51,7 +51,7 @@ func ExampleClient_ObtainMany() {
 func ExampleMulti_Context() {
 	rdb := newRedis()
 	defer rdb.Close()
-	locker := locking.New(rdb, &locking.Options{Lease: 300 * time.Millisecond})
+	locker := locking.New(rdb, &locking.Options{Lease: time.Second})
 	defer locker.Close()
 	ctx := context.Background()
 

@@ -339,9 +339,9 @@ func TestMultiLossDuringWait(t *testing.T) {
 // already taken: the Multi is obtained whole once the later key is freed.
 func TestMultiRenewsWhileWaiting(t *testing.T) {
 	verifyNoLeaks(t)
-	const lease = 300 * time.Millisecond
+	const lease = 600 * time.Millisecond
 	var renewed atomic.Int64
-	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 60 * time.Millisecond,
+	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond,
 		Hooks: Hooks{Renewed: func(string) { renewed.Add(1) }}})
 	other := newClient(t, nil, &Options{Lease: 5 * time.Second})
 	ctx := ctxT(t, 10*time.Second)
@@ -575,8 +575,8 @@ func TestMultiHooks(t *testing.T) {
 	acquired := map[string]int64{}
 	renewed := map[string]int{}
 	released := map[string]int{}
-	const lease = 300 * time.Millisecond
-	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 60 * time.Millisecond, Hooks: Hooks{
+	const lease = 600 * time.Millisecond
+	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond, Hooks: Hooks{
 		Acquired: func(k string, tok int64, _ time.Duration) { mu.Lock(); acquired[k] = tok; mu.Unlock() },
 		Renewed:  func(k string) { mu.Lock(); renewed[k]++; mu.Unlock() },
 		Released: func(k string, _ time.Duration) { mu.Lock(); released[k]++; mu.Unlock() },
@@ -585,7 +585,7 @@ func TestMultiHooks(t *testing.T) {
 	a, b := uniqueKey(t), uniqueKey(t)
 	m, err := c.ObtainMany(ctx, kf(a, b))
 	require.NoError(t, err)
-	time.Sleep(lease)
+	time.Sleep(2 * lease)
 	require.NoError(t, m.Release(ctx))
 	mu.Lock()
 	defer mu.Unlock()
