@@ -17,7 +17,9 @@ import (
 // context derived from it), Obtain re-enters that lock instead: it increments its hold count,
 // keeps its tokens, and returns a new Lock handle to release separately; the key is deleted
 // only when the last handle is released. Other contexts never re-enter: two goroutines of
-// one process with plain contexts exclude each other like two processes.
+// one process with plain contexts exclude each other like two processes. A Multi is not
+// re-entered: under a context from Multi.Context whose Multi holds key, Obtain fails at once
+// (ErrNotObtained) instead of waiting for its own key.
 //
 // It returns ErrNotObtained when the wait ended (joined with ctx.Err() when ctx ended it, and
 // with ErrLost when a re-entry finds its lock lost), ErrClosed after Client.Close,
@@ -50,7 +52,9 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 // enter is the preamble of every kind's Obtain. It refuses the key "" (ErrEmptyKey) and
 // whatever the kind refuses, then an ended ctx (ErrNotObtained joined with ctx.Err()) and a
 // closed Client (ErrClosed). Under a context that carries a hold of this Client on key
-// (Lock.Context), a kind that re-enters re-enters that hold (hold.reenter). done reports
+// (Lock.Context), a kind that re-enters re-enters that hold (hold.reenter); under one that
+// carries a Multi of this Client holding key (Multi.Context), it fails at once rather than
+// wait for its own key (multiIn). done reports
 // that the call is over with l and err; otherwise the caller obtains the key anew, which
 // includes a context carrying a hold whose handles were all released (a context detached
 // with context.WithoutCancel).
@@ -67,6 +71,9 @@ func (c *Client) enter(ctx context.Context, key string, kd *kind) (l *Lock, done
 	}
 	if kd.reentry == reenterNever {
 		return nil, false, nil
+	}
+	if err := multiIn(ctx, c, key); err != nil { // a Multi's keys are not re-entered (multi.go)
+		return nil, true, err
 	}
 	if h := heldIn(ctx, c, key); h != nil {
 		l, err := h.reenter(ctx)
@@ -113,12 +120,25 @@ func (c *Client) obtainKind(ctx context.Context, kd *kind, channel string, limit
 // acquire makes one attempt of the core lock (acquire.lua). It returns the Lock when taken, or the remaining lease of the
 // holder when not.
 func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64, start time.Time) (*Lock, time.Duration, error) {
+	token, sent, hint, err := c.acquireKey(ctx, k, owner, floor)
+	if err != nil || token == 0 {
+		return nil, hint, err
+	}
+	return c.newHold(k, owner, token, c.core, sent, start), 0, nil
+}
+
+// acquireKey is the Redis half of acquire, shared with ObtainMany (multi.go): one run of
+// acquire.lua for owner on k. It returns the fencing token (> 0) and when the call was sent
+// when the key was taken, or token 0 and the holder's remaining lease (at most this long
+// before the next attempt) when it was not. A call that may have run in Redis but failed is
+// cleaned up (forget), and its error reads as ErrNotObtained when ctx ended it.
+func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int64) (token int64, sent time.Time, hint time.Duration, err error) {
 	if err := ctx.Err(); err != nil { // nothing sent: nothing to clean up
-		return nil, 0, errors.Join(ErrNotObtained, err)
+		return 0, sent, 0, errors.Join(ErrNotObtained, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
-	sent := time.Now()
+	sent = time.Now()
 	res, err := acquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence, k.gone(owner)},
 		owner, c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0").Int64Slice()
 	if err != nil {
@@ -126,21 +146,21 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 			c.forget(ctx, k, owner)
 		}
 		if err := ended(ctx); err != nil {
-			return nil, 0, errors.Join(ErrNotObtained, err)
+			return 0, sent, 0, errors.Join(ErrNotObtained, err)
 		}
-		return nil, 0, fmt.Errorf("locking: obtain %q: %w", k.name, err)
+		return 0, sent, 0, fmt.Errorf("locking: obtain %q: %w", k.name, err)
 	}
 	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", k.name, res)
+		return 0, sent, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", k.name, res)
 	}
 	if res[0] == -2 {
-		return nil, 0, errors.Join(ErrNotObtained, errAbandoned)
+		return 0, sent, 0, errors.Join(ErrNotObtained, errAbandoned)
 	}
 	if res[0] != 1 {
 		if res[1] == -1 { // a lock hash without expiry (set by hand?): do not poll it fast
-			return nil, c.lease, nil
+			return 0, sent, c.lease, nil
 		}
-		return nil, time.Duration(res[1]) * time.Millisecond, nil
+		return 0, sent, time.Duration(res[1]) * time.Millisecond, nil
 	}
-	return c.newHold(k, owner, res[1], c.core, sent, start), 0, nil
+	return res[1], sent, 0, nil
 }

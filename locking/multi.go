@@ -1,0 +1,595 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNoKeys is returned by ObtainMany and TryObtainMany, before any Redis call, for an empty
+// list of keys.
+var ErrNoKeys = errors.New("locking: no keys")
+
+// errInMulti answers Obtain (and ObtainFair, ObtainMany) of a key under a context that holds
+// it through a Multi: the call would otherwise wait for its own key until its wait ends.
+var errInMulti = errors.New("locking: the context holds this key through a Multi, whose keys are not re-entered")
+
+// errInLock answers ObtainMany under a context that holds one of its keys through a Lock: a
+// Multi does not re-enter, and would wait for its own key.
+var errInLock = errors.New("locking: the context holds one of the keys through a Lock; a Multi does not re-enter it")
+
+// KeyFloor is one key of ObtainMany with its fencing-token floor: the token issued for Key is
+// max(counter, Floor)+1, as with WithFloor for one key, so that it stays above a token the
+// caller stored (an item's fence_token) even if Redis lost its counter.
+type KeyFloor struct {
+	Key   string // the key, without the prefix (as for Obtain); never ""
+	Floor int64  // the token issued is above it; 0 for none
+}
+
+// KeyLostError is the error of a Multi that lost one of its keys: what Multi.Err returns,
+// and the cause of the contexts from Multi.Context. It wraps ErrLost (errors.Is(err,
+// ErrLost)), and names the key.
+type KeyLostError struct {
+	// Key is the key found lost: gone or taken by another at a renewal, the first key whose
+	// renewal failed when Redis stayed unreachable, or the first key (whose lease ends first)
+	// when the fixed lease of DisableWatchdog ran out.
+	Key string
+	// Err is the watchdog's verdict; it wraps ErrLost.
+	Err error
+}
+
+// Error names the key and the cause.
+func (e *KeyLostError) Error() string {
+	return fmt.Sprintf("%v (key %q of a multi-key lock)", e.Err, e.Key)
+}
+
+// Unwrap returns Err (which wraps ErrLost).
+func (e *KeyLostError) Unwrap() error { return e.Err }
+
+// Multi is a hold over several keys at once, all or none: the value ObtainMany returns.
+// Each key is held as a core lock (the same Redis hash as Obtain's, with this Multi's one
+// owner token), so a Multi excludes Obtain, ObtainFair and other Multis on any of its keys;
+// each key has its own fencing token. One watchdog renews every key; the loss of any key ends
+// the whole hold. Its methods are safe for concurrent use; all methods of a nil *Multi return
+// ErrNotHeld or zero values.
+type Multi struct {
+	c      *Client
+	owner  string
+	keys   []keys  // sorted by name, no duplicates: the order of acquisition
+	tokens []int64 // tokens[i] is the fencing token of keys[i]; written before ObtainMany returns
+	wd     *watchdog
+	start  time.Time // when ObtainMany was called
+	got    time.Time // when the last key was taken
+
+	mu       sync.Mutex
+	held     int                     // keys[:held] are taken: the watchdog renews those
+	abort    context.CancelCauseFunc // while obtaining: ends the wait when a held key is lost
+	suspect  string                  // the key whose last renewal failed or found it gone
+	lost     *KeyLostError           // set once, when the watchdog declared the loss
+	done     chan struct{}
+	err      error // nil while held; *KeyLostError or ErrNotHeld after
+	cause    error
+	released bool
+	cancels  []context.CancelCauseFunc
+}
+
+// ObtainMany returns a hold over every key of keys, each with its floor, or none: it takes
+// the keys one by one in one canonical order (sorted by name, duplicates merged with the
+// greatest of their floors), waiting for each key as Obtain does, and on any failure it
+// gives back the keys it took, so nothing is left held.
+//
+// Canonical order is what makes waiting safe: a caller waits for a key only while holding
+// keys that sort before it. A cycle of waiters (each holding a key the next one waits for)
+// would need the keys to increase all the way round the cycle, back to where it started,
+// which is impossible: Multis never deadlock among themselves, and {a,b} against {b,a} is
+// safe. Every Client sorts the same names the same way (byte order of the key). The price is that keys taken early stay held,
+// renewed, while the later ones are awaited: the whole call is bounded by one wait limit
+// (Options.Wait, WithWait; ctx may end it sooner), not one per key. Canonical order covers
+// the keys of one call only: a caller that already holds a lock and then obtains more
+// outside that order can still wait in a cycle, until a wait ends.
+//
+// Every key's lock lives in its own hash slot, so on Redis Cluster the keys may sit on
+// different nodes: each key is taken by the single-key acquire script on its own node, one
+// after another; renewals and the release are pipelined (one round trip per node). One
+// watchdog, started with the first key, renews every key taken (every Lease/3, one pipelined
+// call), and applies the single lock's loss rule to the hold as a whole, counted from the
+// last renewal that extended every key. With DisableWatchdog the hold ends (Done, ErrLost)
+// just before the first key's lease runs out: one lease after the first key was taken, not
+// after the last.
+//
+// WithWait sets the wait of the whole call; WithFloor, when given, is a floor for every key
+// (raised to a key's own Floor). A Multi is not re-entered: under a context from
+// Multi.Context, Obtain of one of its keys fails at once (ErrNotObtained), and ObtainMany
+// under a context that holds one of the keys (a Lock's or a Multi's) fails at once too.
+//
+// It returns ErrNotObtained when the wait ended (joined with ctx.Err() when ctx ended it,
+// and with a *KeyLostError when a key taken early was lost during the wait), ErrNoKeys for
+// an empty list, ErrEmptyKey for the key "", ErrClosed after Client.Close, and any other
+// error when Redis failed.
+func (c *Client) ObtainMany(ctx context.Context, keys []KeyFloor, opts ...ObtainOption) (*Multi, error) {
+	return c.obtainMany(ctx, keys, true, opts)
+}
+
+// TryObtainMany is ObtainMany without waiting: one attempt per key, in order, and the keys
+// taken are given back as soon as one is held by another (ErrNotObtained).
+func (c *Client) TryObtainMany(ctx context.Context, keys []KeyFloor, opts ...ObtainOption) (*Multi, error) {
+	return c.obtainMany(ctx, keys, false, opts)
+}
+
+func (c *Client) obtainMany(ctx context.Context, kfs []KeyFloor, wait bool, opts []ObtainOption) (*Multi, error) {
+	cfg := c.obtainConfigFor(wait, opts)
+	names, floors, err := canonicalKeys(kfs, cfg.floor)
+	switch {
+	case err != nil:
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, errors.Join(ErrNotObtained, ctx.Err())
+	case c.notify.isClosed():
+		return nil, ErrClosed
+	}
+	for _, name := range names {
+		if err := heldByContext(ctx, c, name); err != nil {
+			return nil, err
+		}
+	}
+	m := &Multi{c: c, owner: newOwner(), keys: make([]keys, len(names)), tokens: make([]int64, len(names)),
+		start: time.Now(), done: make(chan struct{})}
+	for i, name := range names {
+		m.keys[i] = c.keysFor(name)
+	}
+	wctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	m.abort = abort
+	deadline := m.start.Add(cfg.wait)
+	for i, k := range m.keys {
+		limit := cfg.wait // 0: one attempt; negative: no limit but ctx
+		if limit > 0 {
+			limit = max(time.Until(deadline), 0) // past the deadline: one last attempt
+		}
+		token, sent, err := c.obtainKey(wctx, k, m.owner, floors[i], limit)
+		if err != nil {
+			if lost := m.giveUp(ctx); lost != nil && errors.Is(err, ErrNotObtained) {
+				return nil, errors.Join(ErrNotObtained, lost) // the loss ended the wait
+			}
+			return nil, err
+		}
+		m.mu.Lock()
+		m.tokens[i], m.held = token, i+1
+		m.mu.Unlock()
+		if i == 0 { // the watchdog keeps the keys taken alive while the others are awaited
+			m.wd = c.multiWatchdog(m)
+			m.wd.start(sent)
+		}
+	}
+	m.mu.Lock()
+	lost := m.lost
+	m.abort = nil // from now on a loss ends the hold, not the obtain
+	m.mu.Unlock()
+	if lost != nil { // lost after the last key was taken, before the hold began
+		m.giveUp(ctx)
+		return nil, errors.Join(ErrNotObtained, lost)
+	}
+	m.got = time.Now()
+	if f := c.hooks.Acquired; f != nil {
+		for i, k := range m.keys {
+			f(k.name, m.tokens[i], m.got.Sub(m.start))
+		}
+	}
+	return m, nil
+}
+
+// canonicalKeys returns the names of kfs sorted and de-duplicated, each with its floor (the
+// greatest of its duplicates', and at least floor, at least 0). It refuses an empty list
+// (ErrNoKeys) and the key "" (ErrEmptyKey).
+func canonicalKeys(kfs []KeyFloor, floor int64) ([]string, []int64, error) {
+	if len(kfs) == 0 {
+		return nil, nil, ErrNoKeys
+	}
+	byName := make(map[string]int64, len(kfs))
+	for _, kf := range kfs {
+		if kf.Key == "" {
+			return nil, nil, ErrEmptyKey
+		}
+		byName[kf.Key] = max(byName[kf.Key], kf.Floor, floor) // a missing name reads 0
+	}
+	names := slices.Sorted(maps.Keys(byName))
+	floors := make([]int64, len(names))
+	for i, name := range names {
+		floors[i] = byName[name]
+	}
+	return names, floors, nil
+}
+
+// heldByContext refuses ObtainMany of key under a context that holds key in this Client,
+// through a Multi (multiIn) or a Lock still held: a Multi does not re-enter, and would wait
+// for its own key.
+func heldByContext(ctx context.Context, c *Client, key string) error {
+	if err := multiIn(ctx, c, key); err != nil {
+		return err
+	}
+	if h := heldIn(ctx, c, key); h != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.handles > 0 && h.lost == nil {
+			return errors.Join(ErrNotObtained, errInLock)
+		}
+	}
+	return nil
+}
+
+// multiIn is the answer of an Obtain of key under a context that carries a Multi of c
+// holding key (Multi.Context): ErrNotObtained joined with errInMulti while the Multi holds,
+// or with ErrLost once it was lost; nil when there is none, or it was released (a detached
+// context: the key is obtained anew).
+func multiIn(ctx context.Context, c *Client, key string) error {
+	m, _ := ctx.Value(ctxKey{c, key}).(*Multi)
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.released:
+		return nil
+	case m.lost != nil:
+		return errors.Join(ErrNotObtained, ErrLost)
+	}
+	return errors.Join(ErrNotObtained, errInMulti)
+}
+
+// obtainKey takes one key of a Multi for owner, waiting at most limit (0: one attempt;
+// negative: no limit but ctx) as Obtain does: one attempt (unless this Client's waiters of
+// the key are queued, whom it does not overtake), then waitLoop. It returns the fencing token
+// and when the acquire that took the key was sent.
+func (c *Client) obtainKey(ctx context.Context, k keys, owner string, floor int64, limit time.Duration) (int64, time.Time, error) {
+	var (
+		token int64
+		sent  time.Time
+	)
+	try := func(ctx context.Context) (bool, time.Duration, error) {
+		t, s, hint, err := c.acquireKey(ctx, k, owner, floor)
+		token, sent = t, s
+		return t > 0, hint, err
+	}
+	if limit == 0 || !c.notify.queued(k.channel) {
+		ok, _, err := try(ctx)
+		switch {
+		case err != nil:
+			return 0, sent, err
+		case ok:
+			return token, sent, nil
+		case limit == 0:
+			return 0, sent, ErrNotObtained
+		}
+	}
+	if err := c.waitLoop(ctx, k.channel, limit, try); err != nil {
+		return 0, sent, err
+	}
+	return token, sent, nil
+}
+
+// giveUp ends an ObtainMany that failed: it stops the watchdog and gives back every key
+// taken (forget.lua, which also wakes their waiters). It returns the loss, if the watchdog
+// declared one.
+func (m *Multi) giveUp(ctx context.Context) *KeyLostError {
+	if m.wd != nil {
+		m.wd.stop()
+	}
+	m.mu.Lock()
+	held, lost := m.keys[:m.held], m.lost
+	m.mu.Unlock()
+	m.forget(ctx, held)
+	return lost
+}
+
+// forget deletes each of ks if still held by m (forget.lua, pipelined), best effort,
+// bounded by CallTimeout only.
+func (m *Multi) forget(ctx context.Context, ks []keys) {
+	if len(ks) == 0 {
+		return
+	}
+	cctx, cancel := m.c.bestEffort(ctx)
+	defer cancel()
+	evalEach(cctx, m.c.rdb, forgetScript, ks, func(k keys) ([]string, []any) {
+		return []string{k.hash, k.gone(m.owner)}, []any{m.owner, k.channel, "1", m.c.lease.Milliseconds()}
+	})
+}
+
+// multiWatchdog returns the one watchdog of m: it renews every key taken so far, or none for
+// a fixed lease.
+func (c *Client) multiWatchdog(m *Multi) *watchdog {
+	w := &watchdog{lease: c.lease, callTimeout: c.callTimeout, onLost: m.lose}
+	if c.watchdog {
+		w.renew = m.renew
+		w.onRenewed = func() {
+			if f := c.hooks.Renewed; f != nil {
+				for _, k := range m.heldKeys() {
+					f(k.name)
+				}
+			}
+		}
+	}
+	return w
+}
+
+func (m *Multi) heldKeys() []keys {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.keys[:m.held]
+}
+
+// renew is the watchdog's renewal of every key taken (renew.lua per key, one pipeline). It
+// reports the hold kept only when every key was extended; a key found gone or taken is a
+// loss at once, a failed call an error (the watchdog retries until its loss deadline). The
+// key at fault is remembered for the loss.
+func (m *Multi) renew(ctx context.Context) (bool, error) {
+	held := m.heldKeys()
+	cmds := evalEach(ctx, m.c.rdb, renewScript, held, func(k keys) ([]string, []any) {
+		return []string{k.hash}, []any{m.owner, m.c.lease.Milliseconds()}
+	})
+	var (
+		errs    []error
+		suspect string
+	)
+	for i, cmd := range cmds {
+		n, err := cmd.Int64()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("renew %q: %w", held[i].name, err))
+			if suspect == "" {
+				suspect = held[i].name
+			}
+		case n != 1:
+			m.setSuspect(held[i].name)
+			return false, nil
+		}
+	}
+	if len(errs) > 0 {
+		m.setSuspect(suspect)
+		return false, errors.Join(errs...)
+	}
+	return true, nil
+}
+
+func (m *Multi) setSuspect(key string) {
+	m.mu.Lock()
+	m.suspect = key
+	m.mu.Unlock()
+}
+
+// lose is the watchdog's onLost. While ObtainMany still waits for later keys, it ends that
+// wait (the obtain fails and gives every key back); afterwards the Lost hook runs for every
+// key and the hold ends: Done closed, contexts cancelled with the *KeyLostError.
+func (m *Multi) lose(err error) {
+	m.mu.Lock()
+	if m.lost != nil {
+		m.mu.Unlock()
+		return
+	}
+	key := m.suspect
+	if key == "" { // a fixed lease ran out: the first key's, taken first
+		key = m.keys[0].name
+	}
+	lost := &KeyLostError{Key: key, Err: err}
+	m.lost = lost
+	abort := m.abort
+	m.mu.Unlock()
+	if abort != nil {
+		m.c.log.Warn("locking: multi-key lock lost while obtaining", "key", key, "keys", m.Keys(), "err", err)
+		abort(lost)
+		return
+	}
+	m.c.log.Warn("locking: multi-key lock lost", "key", key, "keys", m.Keys(), "err", err)
+	if f := m.c.hooks.Lost; f != nil {
+		for _, k := range m.keys {
+			f(k.name, lost)
+		}
+	}
+	m.mu.Lock()
+	m.finishLocked(lost, lost)
+	m.mu.Unlock()
+}
+
+// finishLocked closes Done and cancels the contexts, once; m.mu is held.
+func (m *Multi) finishLocked(err, cause error) {
+	if m.err != nil {
+		return
+	}
+	m.err, m.cause = err, cause
+	for _, cancel := range m.cancels { // before Done, so a closed Done implies cancelled contexts
+		cancel(cause)
+	}
+	m.cancels = nil
+	close(m.done)
+}
+
+// Release gives every key up: Done is closed and the contexts from Context are cancelled,
+// the watchdog is stopped (and waited for), then each key still ours is deleted and its
+// waiters woken, in one pipelined call. After a loss it deletes the keys still ours (so
+// their waiters need not wait for their leases) and returns ErrNotHeld.
+//
+// It returns ErrNotHeld if the Multi was already released or lost, or if a key was found no
+// longer ours (the others are released all the same, and the Lost hook tells which); a
+// Redis failure is returned joined, per key (those keys expire at the end of their lease).
+// As Lock.Release, the Redis call always gets CallTimeout from the moment it is made,
+// whatever ctx's deadline or cancellation: the Multi's own context, or a request context
+// that already ended, may be passed. Only ctx's values are used.
+func (m *Multi) Release(ctx context.Context) error {
+	if m == nil {
+		return ErrNotHeld
+	}
+	m.mu.Lock()
+	if m.released {
+		m.mu.Unlock()
+		return ErrNotHeld
+	}
+	m.released = true
+	m.finishLocked(ErrNotHeld, ErrNotHeld)
+	m.mu.Unlock()
+
+	m.wd.stop()
+	m.mu.Lock()
+	lost := m.lost // the watchdog may have declared the loss meanwhile
+	m.mu.Unlock()
+	if lost != nil {
+		m.forget(ctx, m.keys)
+		return ErrNotHeld
+	}
+	cctx, cancel := m.c.bestEffort(ctx)
+	defer cancel()
+	cmds := evalEach(cctx, m.c.rdb, releaseScript, m.keys, func(k keys) ([]string, []any) {
+		return []string{k.hash}, []any{m.owner, k.channel, "1"}
+	})
+	var (
+		errs []error
+		gone bool
+	)
+	held := time.Since(m.got)
+	for i, cmd := range cmds {
+		k := m.keys[i]
+		left, err := cmd.Int64()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("locking: release %q: %w", k.name, err))
+		case left < 0: // found lost only now: the holder still hears of it once, as a loss
+			gone = true
+			lost := &KeyLostError{Key: k.name, Err: fmt.Errorf("%w: %w", ErrLost, errTaken)}
+			m.c.log.Warn("locking: multi-key lock lost", "key", k.name, "keys", m.Keys(), "err", lost.Err)
+			if f := m.c.hooks.Lost; f != nil {
+				f(k.name, lost)
+			}
+			continue
+		}
+		// Also after a Redis failure: this process no longer holds the key.
+		if f := m.c.hooks.Released; f != nil {
+			f(k.name, held)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if gone {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// evalEach runs script once per key of ks, with the KEYS and ARGV that args gives for the
+// key, in one pipeline: one round trip (on a Cluster, one per node, in parallel) instead of
+// one per key. Calls that met a server not knowing the script yet (NOSCRIPT: a fresh or
+// restarted Redis) run again through Script.Run, which loads it. Each returned command
+// carries its own reply or error.
+func evalEach(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, ks []keys,
+	args func(keys) ([]string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(ks))
+	if len(ks) == 1 {
+		kk, a := args(ks[0])
+		cmds[0] = script.Run(ctx, rdb, kk, a...)
+		return cmds
+	}
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range ks {
+			kk, a := args(k)
+			cmds[i] = script.EvalSha(ctx, p, kk, a...)
+		}
+		return nil
+	})
+	for i, k := range ks {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			kk, a := args(k)
+			cmds[i] = script.Run(ctx, rdb, kk, a...)
+		}
+	}
+	return cmds
+}
+
+// Keys returns the keys held, without the prefix, sorted and de-duplicated: the order in
+// which they were taken. Nil for a nil Multi.
+func (m *Multi) Keys() []string {
+	if m == nil {
+		return nil
+	}
+	names := make([]string, len(m.keys))
+	for i, k := range m.keys {
+		names[i] = k.name
+	}
+	return names
+}
+
+// Token returns the fencing token of key: strictly greater than every token issued earlier
+// for key, by any client, and than key's floor. Zero for a key not in the Multi and for nil.
+func (m *Multi) Token(key string) int64 {
+	if m == nil {
+		return 0
+	}
+	i, ok := slices.BinarySearchFunc(m.keys, key, func(k keys, name string) int { return strings.Compare(k.name, name) })
+	if !ok {
+		return 0
+	}
+	return m.tokens[i]
+}
+
+// Tokens returns the fencing token of every key (a new map). Nil for a nil Multi.
+func (m *Multi) Tokens() map[string]int64 {
+	if m == nil {
+		return nil
+	}
+	t := make(map[string]int64, len(m.keys))
+	for i, k := range m.keys {
+		t[k.name] = m.tokens[i]
+	}
+	return t
+}
+
+// Done returns a channel closed when any key is lost or the Multi is released. A nil Multi
+// returns a closed channel.
+func (m *Multi) Done() <-chan struct{} {
+	if m == nil {
+		return closedChan
+	}
+	return m.done
+}
+
+// Err returns nil while every key is held, a *KeyLostError (errors.Is(err, ErrLost), naming
+// the key) once a key was lost, and ErrNotHeld once released (and for nil).
+func (m *Multi) Err() error {
+	if m == nil {
+		return ErrNotHeld
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// Context returns a context derived from parent that is cancelled when a key is lost (cause:
+// the *KeyLostError, wrapping ErrLost) or the Multi is released (cause ErrNotHeld). Run the
+// guarded work under it. It carries the Multi's keys, only so that Obtain of one of them
+// under it fails at once (ErrNotObtained) instead of waiting for its own key: a Multi is not
+// re-entered. If the Multi is already lost or released, the context is returned cancelled.
+// For a nil Multi it returns a cancelled child of parent.
+func (m *Multi) Context(parent context.Context) context.Context {
+	if m == nil {
+		ctx, cancel := context.WithCancelCause(parent)
+		cancel(ErrNotHeld)
+		return ctx
+	}
+	for _, k := range m.keys {
+		parent = context.WithValue(parent, ctxKey{m.c, k.name}, m)
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		cancel(m.cause)
+	} else {
+		m.cancels = append(m.cancels, cancel)
+	}
+	return ctx
+}
