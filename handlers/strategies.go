@@ -8,12 +8,12 @@ import (
 
 // strategies answers GET /api/strategies: the strategies this server offers, in the order of
 // inventory's strategies table (the built-in rows, then the ones plugged in), with how each
-// sells, when it oversells, and whether it takes a per-item Redis lock. Its readers are
-// outside this process: the lab page builds its list from it; the programs that drive
-// storefronts from outside (the load test, the lab's burst runner and supervisor, through
-// internal/storeapi) learn from it what to expect of a strategy (safe), whether the faults
-// that hit a lock holder apply to it (takes_lock), and which Redis keys a demo strategy owns
-// (redis_key_prefix).
+// sells, when it oversells, and whether it takes a per-item Redis lock. No code of this process
+// reads it; its readers drive the storefront from outside. The lab page builds its list from
+// it (name, safe, default, demo_only). The load test learns from it what to expect of a
+// strategy (safe), whether its chaos faults, which hit a lock holder, apply to it (takes_lock),
+// and which Redis keys a demo strategy owns (redis_key_prefix). The lab's burst runner reads
+// takes_lock (through internal/storeapi) to tell a pause that has no holder to find.
 func (s *server) strategies(c *gin.Context) {
 	infos := s.svc.DescribeStrategies()
 	views := make([]strategyView, len(infos))
