@@ -20,12 +20,13 @@ const (
 // Error is an error that carries its own answer, for an extension's errors: WriteError answers
 // it with Status and the code Code, the message being the whole error's text.
 type Error struct {
-	Status     int
+	Status     int // the HTTP status of the answer
 	Code       string
 	Message    string
 	RetryAfter bool // send Retry-After (a 429 or 503 that may be retried)
 }
 
+// Error returns the message.
 func (e *Error) Error() string { return e.Message }
 
 // WriteError answers err in the storefront's one error shape {"error":{"code","message"}}

@@ -1,8 +1,10 @@
 package handlers_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 
@@ -75,4 +77,44 @@ func TestShopPageAndNoLab(t *testing.T) {
 	assert.Equal(t, http.StatusOK, js.status)
 	assert.Contains(t, js.header.Get("Content-Type"), "javascript")
 	assert.Equal(t, http.StatusNotFound, e.do("GET", "/static/lab.js", "").status, "the lab's page is not the storefront's")
+	a := e.do("POST", "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: stall")
+	assert.Equal(t, http.StatusCreated, a.status, "without the lab X-Fault is no header of the storefront's: %s", a.body)
+}
+
+// refuseWrites is an interceptor that counts the writes it is asked about and refuses them.
+type refuseWrites struct{ asked *atomic.Int32 }
+
+func (refuseWrites) Locker(_ string, l inventory.Locker) inventory.Locker { return l }
+
+func (r refuseWrites) BeforeWrite(context.Context, int64, string) error {
+	r.asked.Add(1)
+	return fmt.Errorf("%w: refused before the write", inventory.ErrUnavailable)
+}
+
+// Config.Intercept sees each purchase's request: its error is the answer, and the interceptor
+// it returns runs in the purchase (here it refuses the write: nothing is sold).
+func TestIntercept(t *testing.T) {
+	var asked atomic.Int32
+	e := newEnv(t, envOptions{configure: func(c *handlers.Config) {
+		c.Intercept = func(r *http.Request) (inventory.Interceptor, error) {
+			switch r.Header.Get("X-Test") {
+			case "":
+				return nil, nil
+			case "refuse":
+				return refuseWrites{&asked}, nil
+			}
+			return nil, fmt.Errorf("%w: X-Test must be refuse", inventory.ErrInvalid)
+		}
+	}})
+	a := e.do("POST", "/api/items/1/purchase", `{"quantity":1}`, "X-Test: maybe")
+	assert.Equal(t, "invalid_request", a.errorCode(), "%s", a.body)
+	a = e.do("POST", "/api/items/1/purchase", `{"quantity":1}`, "X-Test: refuse")
+	assert.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
+	assert.EqualValues(t, 1, asked.Load(), "the interceptor ran before the write")
+	var it struct {
+		Stock int `json:"stock"`
+	}
+	decode(t, e.do("GET", "/api/items/1", ""), &it)
+	assert.Equal(t, 10, it.Stock, "nothing sold")
+	assert.Equal(t, http.StatusCreated, e.do("POST", "/api/items/1/purchase", `{"quantity":1}`).status, "no interceptor: sold")
 }
