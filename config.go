@@ -79,7 +79,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog); "+demoLease.String()+" by default with --demo")
 	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of POST /api/admin/reset; empty: a random one, logged once")
-	fs.BoolVar(&c.demo, "demo", false, "accept X-Strategy and X-Simulated-Work, serve /api/debug/locks")
+	fs.BoolVar(&c.demo, "demo", false, "accept X-Strategy and X-Simulated-Work, serve /api/debug/locks;\n"+
+		"and, unless built with -tags nodemo, offer the demo strategies and serve the lock lab (X-Fault, /api/events, /api/lab)")
 	fs.IntVar(&c.instances, "instances", 0, "with --demo: serve the lab and start this many storefront processes sharing the\n"+
 		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
