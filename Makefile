@@ -5,9 +5,11 @@ TESTARGS ?=
 
 .PHONY: test deps system-packages vet bench loadtest perf run lab screenshots
 
-## test: install what the tests need, then vet and run every test under the race detector.
+## test: install what the tests need, then vet and run every test under the race detector; then
+## the storefront built without the demo (-tags nodemo: no lab, no demo strategies).
 test: deps vet
 	$(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
+	$(GO) test -tags nodemo -count=1 . ./handlers ./inventory ./models ./locking
 
 ## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
 ## lab's browser test (Debian packages redis-server, postgresql and chromium, installed with one
@@ -62,4 +64,4 @@ lab:
 
 ## screenshots: rewrite the lab screenshots of README (docs/lab-*.png) with the browser test.
 screenshots: deps
-	$(GO) test -count=1 -run TestLabInBrowser -update .
+	$(GO) test -count=1 -run TestLabInBrowser -update ./lab

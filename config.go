@@ -28,7 +28,7 @@ type config struct {
 	adminToken      string
 	demo            bool
 	maxInflight     int
-	instances       int // --demo: supervise this many storefront processes (supervisor.go)
+	instances       int // --demo: supervise this many storefront processes (the lab, demo.go)
 	maxBatch        int
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
@@ -79,7 +79,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog); "+demoLease.String()+" by default with --demo")
 	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of POST /api/admin/reset; empty: a random one, logged once")
-	fs.BoolVar(&c.demo, "demo", false, "accept X-Strategy and X-Simulated-Work, serve /api/debug/locks")
+	fs.BoolVar(&c.demo, "demo", false, "accept X-Strategy and X-Simulated-Work, serve /api/debug/locks;\n"+
+		"and, unless built with -tags nodemo, offer the demo strategies and serve the lock lab (X-Fault, /api/events, /api/lab)")
 	fs.IntVar(&c.instances, "instances", 0, "with --demo: serve the lab and start this many storefront processes sharing the\n"+
 		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
@@ -143,9 +144,9 @@ func (c config) stallFor() time.Duration {
 
 func (c config) validate() error {
 	switch {
-	case !inventory.ValidStrategy(c.strategy) && !inventory.DemoOnly(c.strategy):
+	case !inventory.ValidStrategy(c.strategy) && !demoOnly(c.strategy):
 		return fmt.Errorf("unknown strategy %q", c.strategy)
-	case inventory.DemoOnly(c.strategy) && !c.demo:
+	case demoOnly(c.strategy) && !c.demo:
 		return fmt.Errorf("strategy %q is demo-only (it exists to be seen failing or compared): it needs --demo", c.strategy)
 	case c.lockLease < 100*time.Millisecond:
 		return fmt.Errorf("--lock-lease %s is too short (at least 100ms)", c.lockLease)
@@ -159,6 +160,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--instances %d must be 0..%d", c.instances, maxInstances)
 	case c.instances > 0 && !c.demo:
 		return errors.New("--instances needs --demo (it starts the lab)")
+	case c.instances > 0 && demo.supervise == nil:
+		return errors.New("--instances needs the lab, which this build leaves out (built with -tags nodemo)")
 	case c.onRedisDown == "" || !inventory.ValidOnRedisDown(c.onRedisDown):
 		return fmt.Errorf("--on-redis-down %q: want %s or %s", c.onRedisDown, inventory.OnRedisDownFail, inventory.OnRedisDownGuard)
 	case c.maxBatch < 1 || c.maxBatch > 10000:
@@ -187,16 +190,31 @@ func (c config) redisURLList() []string {
 	return urls
 }
 
-// strategyNames lists the strategies of inventory's table, in its order.
+// strategyNames lists the strategies of inventory's table, in its order, then the demo's.
 func strategyNames() string {
 	var names []string
 	for _, st := range inventory.StrategyTable() {
 		names = append(names, st.Name)
 	}
-	for _, st := range inventory.DemoStrategies(inventory.DemoDeps{}) {
-		names = append(names, st.Name)
+	if demo.strategies != nil {
+		for _, st := range demo.strategies() {
+			names = append(names, st.Name)
+		}
 	}
 	return strings.Join(names, ", ")
+}
+
+// demoOnly reports whether name is one of the demo's strategies (offered with --demo only).
+func demoOnly(name string) bool {
+	if demo.strategies == nil {
+		return false
+	}
+	for _, st := range demo.strategies() {
+		if st.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // writeTimeout is the deadline of every write transaction: twice the statement timeout, so

@@ -69,8 +69,6 @@ func TestConfigErrors(t *testing.T) {
 		{nil, map[string]string{"DB_STATEMENT_TIMEOUT": "1ms"}, "--db-statement-timeout 1ms"},
 		{nil, map[string]string{"ON_REDIS_DOWN": "hope"}, `--on-redis-down "hope"`},
 		{[]string{"--redis", "redis://h:1?master_name=m", "--redis-cluster"}, nil, "choose one"},
-		{[]string{"--strategy", "redis-stock"}, nil, `strategy "redis-stock" is demo-only`},
-		{nil, map[string]string{"STRATEGY": "fixed-lease"}, `strategy "fixed-lease" is demo-only`},
 		{[]string{"--max-batch", "0"}, nil, "--max-batch 0 must be 1..10000"},
 	} {
 		var stderr bytes.Buffer
@@ -92,9 +90,9 @@ func TestHelp(t *testing.T) {
 	assert.False(t, strings.Contains(stderr.String(), "%!"))
 }
 
-// A demo strategy is a valid default with --demo only.
-func TestConfigDemoStrategyNeedsDemo(t *testing.T) {
-	c, err := parseConfig([]string{"--demo", "--strategy", "setnx-expire"}, func(string) string { return "" }, &bytes.Buffer{})
-	require.NoError(t, err)
-	assert.Equal(t, "setnx-expire", c.strategy)
+func TestInstancesNeedsDemo(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run(t.Context(), []string{"--instances", "2"}, func(string) string { return "" }, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr.String(), "--instances needs --demo")
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/handlers"
 	"github.com/stockguard/stockguard/inventory"
@@ -56,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	logger := newLogger(stderr, cfg.logLevel)
 	serveFn := serve
 	if cfg.instances > 0 {
-		serveFn = supervisorServe(stderr) // supervisor.go: the lab over N storefront children
+		serveFn = demo.supervise(stderr) // the lab over N storefront children (validate checked demo is built in)
 	}
 	if err := serveFn(ctx, cfg, getenv, logger); err != nil {
 		logger.Error("stockguard failed", "err", err)
@@ -92,15 +93,23 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 
 	metrics := handlers.NewMetrics(prometheus.NewRegistry())
 	held := &inventory.LockSet{}
-	events := labEvents(ctx, cfg) // lab.go: nil unless --demo
+	var extra demoStorefront // the demo's additions to this process: none without --demo
+	if cfg.demo && demo.storefront != nil {
+		extra = demo.storefront(ctx, cfg, rb.client)
+		defer closeLogged(logger, "demo", extra.Close) // after the requests drained
+	}
 
 	lockOpts := func(prefix, component string) *locking.Options {
+		hooks := locking.JoinHooks(inventory.ObserverHooks(metrics), held.Hooks(prefix))
+		if extra != nil {
+			hooks = locking.JoinHooks(hooks, extra.LockHooks())
+		}
 		return &locking.Options{
 			KeyPrefix: prefix,
 			Lease:     cfg.lockLease,
 			Wait:      cfg.lockWait,
 			Logger:    logger.With("component", component),
-			Hooks:     locking.JoinHooks(inventory.ObserverHooks(metrics), held.Hooks(prefix), labHooks(events)),
+			Hooks:     hooks,
 		}
 	}
 	lockClient := locking.New(rb.client, lockOpts(inventory.LockKeyPrefix, "locking"))
@@ -141,13 +150,8 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		OnRedisDown:  cfg.onRedisDown,
 		WriteTimeout: cfg.writeTimeout(),
 	}
-	if cfg.demo {
-		icfg.Extra = demoStrategies(cfg, rb.client) // demo.go
-	}
-	var hcfg handlers.Config
-	if events != nil {
-		stallClient := labStall(&icfg, &hcfg, cfg, events, rb.client, lockOpts(inventory.LockKeyPrefix, "locking-stall"))
-		defer closeLogged(logger, "stall lock client", stallClient.Close)
+	if extra != nil {
+		extra.Inventory(&icfg, lockOpts(inventory.LockKeyPrefix, "locking-stall"))
 	}
 	svc, err := inventory.NewService(icfg)
 	if err != nil {
@@ -160,10 +164,47 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		token = randomToken()
 		notice(logger, "no --admin-token or ADMIN_TOKEN: generated one for this run", "admin_token", token)
 	}
-	hcfg.Service, hcfg.AdminToken, hcfg.Demo, hcfg.DefaultStrategy = svc, token, cfg.demo, cfg.strategy
-	hcfg.Logger, hcfg.Metrics, hcfg.Debug, hcfg.Events, hcfg.Lease = logger, metrics, held, events, cfg.lockLease
-	handler := handlers.New(hcfg)
-	return listenAndServe(ctx, cfg, handler, logger)
+	hcfg := handlers.Config{
+		Service:         svc,
+		AdminToken:      token,
+		Demo:            cfg.demo,
+		DefaultStrategy: cfg.strategy,
+		Logger:          logger,
+		Metrics:         metrics,
+		Debug:           held,
+	}
+	if extra != nil {
+		extra.Handlers(&hcfg, svc)
+	}
+	return listenAndServe(ctx, cfg, handlers.New(hcfg), logger)
+}
+
+// demo is what the demo adds to the command; demo.go sets it from init. Built with the nodemo
+// tag (or with demo.go deleted) both stay nil: --demo then serves the storefront's own demo
+// mode (X-Strategy, X-Simulated-Work, /api/debug/locks) and the shop page, and --instances
+// is refused.
+var demo struct {
+	// storefront returns the demo's additions to one --demo storefront process (the demo
+	// strategies' locks, the lab's events, faults and page).
+	storefront func(ctx context.Context, cfg config, rdb redis.UniversalClient) demoStorefront
+	// supervise returns the serve function of --demo --instances N: the lab over N storefront
+	// processes, whose log lines go to stderr.
+	supervise func(stderr io.Writer) serveFunc
+	// strategies describes the demo's strategies, offered after the built-in ones with --demo.
+	strategies func() []inventory.StrategyInfo
+}
+
+// serveFunc serves until ctx ends (serve is the storefront's).
+type serveFunc func(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) error
+
+// demoStorefront is what the demo adds to one storefront process, in serve's order: hooks on
+// every item lock client, then to the inventory configuration (lockOpts: the item locks'
+// options), then to the handlers' configuration; Close after the server has drained.
+type demoStorefront interface {
+	LockHooks() locking.Hooks
+	Inventory(icfg *inventory.Config, lockOpts *locking.Options)
+	Handlers(hcfg *handlers.Config, svc *inventory.Service)
+	Close() error
 }
 
 // listenAndServe serves handler on cfg.addr until ctx ends, then shuts the server down: it

@@ -15,8 +15,8 @@ import (
 	"github.com/stockguard/stockguard/inventory"
 )
 
-// itemView is an item as the API shows it.
-type itemView struct {
+// ItemView is an item as the API shows it.
+type ItemView struct {
 	ID         int64  `json:"id"`
 	SKU        string `json:"sku"`
 	Name       string `json:"name"`
@@ -24,12 +24,14 @@ type itemView struct {
 	PriceCents int64  `json:"price_cents"`
 }
 
-func newItemView(it inventory.Item) itemView {
-	return itemView{ID: it.ID, SKU: it.SKU, Name: it.Name, Stock: it.Stock, PriceCents: it.PriceCents}
+func newItemView(it inventory.Item) ItemView {
+	return ItemView{ID: it.ID, SKU: it.SKU, Name: it.Name, Stock: it.Stock, PriceCents: it.PriceCents}
 }
 
-func newItemViews(items []inventory.Item) []itemView {
-	views := make([]itemView, 0, len(items))
+// ItemViews returns the items as the API shows them (GET /api/items; the lab's reset answers
+// them too).
+func ItemViews(items []inventory.Item) []ItemView {
+	views := make([]ItemView, 0, len(items))
 	for _, it := range items {
 		views = append(views, newItemView(it))
 	}
@@ -66,7 +68,7 @@ func (s *server) listItems(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, newItemViews(items))
+	c.JSON(http.StatusOK, ItemViews(items))
 }
 
 func (s *server) getItem(c *gin.Context) {
@@ -164,7 +166,7 @@ func (s *server) reset(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, newItemViews(items))
+	c.JSON(http.StatusOK, ItemViews(items))
 }
 
 // requireAdmin lets the request through only with "Authorization: Bearer <admin token>".

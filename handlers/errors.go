@@ -19,11 +19,6 @@ var (
 	errPayloadTooLarge  = errors.New("request body too large")
 	errUnauthorized     = errors.New("missing or wrong admin bearer token")
 	errDebugDisabled    = errors.New("no such route")
-	errShuttingDown     = errors.New("the server is shutting down")
-	// ErrNotHeld: the lab was asked to pause the holder of an item's lock, and no instance
-	// holds it (the supervisor returns it wrapped).
-	ErrNotHeld          = errors.New("no instance holds the item's lock")
-	errPauseUnsupported = errors.New("pausing a lock holder needs --instances N: a process holding a lock cannot resume itself, so the supervisor sends the signals")
 )
 
 // retryAfterSeconds is the Retry-After value sent with 429 and the retryable 503 answers.
@@ -59,9 +54,6 @@ var errorTable = []struct {
 	{errMethodNotAllowed, apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"}},
 	{errPayloadTooLarge, apiError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large"}},
 	{errUnauthorized, apiError{status: http.StatusUnauthorized, code: "unauthorized"}},
-	{ErrNotHeld, apiError{status: http.StatusConflict, code: "not_held"}},
-	{errPauseUnsupported, apiError{status: http.StatusConflict, code: "pause_unsupported"}},
-	{errShuttingDown, apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: true}},
 	{inventory.ErrInvalid, apiError{status: http.StatusBadRequest, code: "invalid_request"}},
 	{inventory.ErrNotFound, apiError{status: http.StatusNotFound, code: "not_found"}},
 	{inventory.ErrSoldOut, apiError{status: http.StatusConflict, code: "sold_out"}},
@@ -87,11 +79,15 @@ var internalError = apiError{
 	logAsError: true,
 }
 
-// classify is the one mapping from an error to its HTTP answer.
+// classify is the one mapping from an error to its HTTP answer: an *Error answers as it says,
+// the others by errorTable.
 func classify(err error) apiError {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		err = errPayloadTooLarge
+	}
+	if e, ok := errorOf(err); ok {
+		return apiError{status: e.Status, code: e.Code, message: err.Error(), retryAfter: e.RetryAfter}
 	}
 	for _, e := range errorTable {
 		if errors.Is(err, e.err) {

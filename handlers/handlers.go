@@ -12,11 +12,13 @@
 //	POST /api/admin/reset            Authorization: Bearer <token>; {"items":[...]}
 //	GET  /api/debug/locks            --demo only: the item locks this process holds
 //	GET  /api/strategies             the strategies offered, with description and safety
-//	GET  /api/events                 --demo only: server-sent lock and purchase events
-//	GET  /api/lab, POST /api/lab/run, /api/lab/pause, /api/lab/reset   --demo only: the lab
-//	GET  /, /static/*                the lab page (--demo) or the shop page
+//	GET  /, /static/*                the shop page (or the page of Config.Pages)
 //	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof)
 //	GET  /healthz, /readyz, /metrics
+//
+// An extension (the lock lab of package lab) adds its own routes through Config.Extend, its
+// page through Config.Pages, and acts on single purchases through Config.Intercept; the
+// storefront itself knows nothing of it.
 //
 // A path id must be a positive decimal integer: anything else is 400 invalid_request, so 404
 // always means a well-formed id that names no item. Every error, unknown routes (404) and
@@ -78,15 +80,17 @@ type Config struct {
 	// Debug lists the locks held by this process for /api/debug/locks (demo mode only);
 	// nil answers an empty list.
 	Debug DebugSource
-	// Events, in demo mode, is streamed on /api/events (nil: that route answers 404).
-	Events *Events
-	// Lease is the item locks' lease, shown by the lab (demo mode).
-	Lease time.Duration
-	// StallFor enables the stall fault (X-Fault: stall, demo mode) with this length; it should
-	// be longer than the lock's lease. StallLocker is the lock of stalled purchases of lock and
-	// lock+guard: a lock client with the same Redis and key prefix but no watchdog.
-	StallFor    time.Duration
-	StallLocker inventory.Locker
+	// Intercept, when not nil, is asked about every purchase request once it is parsed: it
+	// returns the inventory.Interceptor the purchase runs through (nil: none), or an error,
+	// answered as it classifies (an inventory.ErrInvalid one is 400 invalid_request). The
+	// lab builds its faults from a request header this way.
+	Intercept func(*http.Request) (inventory.Interceptor, error)
+	// Extend, when not nil, adds routes to the engine after the storefront's own (an
+	// extension's API). Its handlers answer errors with WriteError.
+	Extend func(*gin.Engine)
+	// Pages, when not nil, replaces the shop page at / (its files are served under /static/
+	// ahead of the shop's own).
+	Pages *Pages
 }
 
 // ginSetup sets Gin's process-wide settings once: release mode, no debug output.
@@ -101,10 +105,9 @@ type server struct {
 	metrics         *Metrics
 	debug           DebugSource
 	offered         map[string]bool // the service's strategies
-	hub             *Events
-	lab             *lab // demo mode only
-	stallFor        time.Duration
-	stallLocker     inventory.Locker
+	intercept       func(*http.Request) (inventory.Interceptor, error)
+	extend          func(*gin.Engine)
+	pages           *Pages
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
@@ -123,15 +126,12 @@ func New(cfg Config) http.Handler {
 		metrics:         cfg.Metrics,
 		debug:           cfg.Debug,
 		offered:         make(map[string]bool),
-		hub:             cfg.Events,
-		stallFor:        cfg.StallFor,
-		stallLocker:     cfg.StallLocker,
+		intercept:       cfg.Intercept,
+		extend:          cfg.Extend,
+		pages:           cfg.Pages,
 	}
 	for _, name := range cfg.Service.Strategies() {
 		s.offered[name] = true
-	}
-	if cfg.Demo {
-		s.lab = &lab{lease: cfg.Lease, svc: cfg.Service, hc: newLabClient()}
 	}
 	if s.defaultStrategy == "" {
 		s.defaultStrategy = inventory.StrategyLockGuard
@@ -143,7 +143,7 @@ func New(cfg Config) http.Handler {
 }
 
 func (s *server) engine(logger *slog.Logger) *gin.Engine {
-	r := s.baseEngine(logger)
+	r := NewEngine(logger)
 	small := limitBody(MaxBodyBytes)
 	r.GET("/healthz", small, s.healthz)
 	r.GET("/readyz", small, s.readyz)
@@ -158,19 +158,23 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	api.POST("/admin/reset", limitBody(MaxResetBodyBytes), s.requireAdmin, s.reset)
 	api.GET("/debug/locks", small, s.debugLocks)
 	api.GET("/strategies", small, s.strategies)
-	api.GET("/events", small, s.events)
-	if s.lab != nil {
-		s.lab.routes(api)
-	}
-	if s.demo { // the profiles of README's "the purchase path at its limit"
+	if s.demo { // Go's profiles of the purchase path under load
 		r.GET("/debug/pprof/*name", small, gin.WrapF(servePprof))
 	}
-	pageRoutes(r, s.demo)
+	if s.extend != nil {
+		s.extend(r)
+	}
+	ServePages(r, s.pages)
 	return r
 }
 
-// baseEngine returns a Gin engine with the middleware and the JSON 404 and 405 answers.
-func (s *server) baseEngine(logger *slog.Logger) *gin.Engine {
+// NewEngine returns a Gin engine in release mode with the storefront's middleware (request
+// id, access log, panic recovery) and its JSON 404 and 405 answers: the base of New's engine,
+// and of another process's that serves next to storefronts (the lab's supervisor).
+func NewEngine(logger *slog.Logger) *gin.Engine {
+	if logger == nil {
+		logger = slog.Default()
+	}
 	ginSetup.Do(func() {
 		gin.SetMode(gin.ReleaseMode)
 		gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard

@@ -22,16 +22,15 @@ const (
 	headerIdempotencyKey = "Idempotency-Key"
 	headerStrategy       = "X-Strategy"
 	headerSimulatedWork  = "X-Simulated-Work"
-	headerFault          = "X-Fault" // demo: "stall" (inventory's stall fault) or "crash" (setnx-expire's)
 )
 
 // purchase answers 201 with the receipt of a new order, or 200 with the original receipt when
 // the Idempotency-Key was already used for the same request.
 func (s *server) purchase(c *gin.Context) {
 	req, err := s.parsePurchase(c)
-	var fault inventory.Interceptor
-	if err == nil {
-		fault, err = s.faultOf(c.Request.Header)
+	var intercept inventory.Interceptor
+	if err == nil && s.intercept != nil {
+		intercept, err = s.intercept(c.Request)
 	}
 	if err != nil {
 		s.serverTiming(c, inventory.Spent{})
@@ -41,8 +40,8 @@ func (s *server) purchase(c *gin.Context) {
 	}
 	start := time.Now()
 	ctx := c.Request.Context()
-	if fault != nil {
-		ctx = inventory.WithInterceptor(ctx, fault)
+	if intercept != nil {
+		ctx = inventory.WithInterceptor(ctx, intercept)
 	}
 	receipt, err := s.svc.Purchase(ctx, req)
 	if err != nil {
@@ -129,9 +128,6 @@ func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration
 	}
 	return strategy, work, nil
 }
-
-// faultCrash is the X-Fault value of setnx-expire's crash fault (faultStall: lab_run.go).
-const faultCrash = "crash"
 
 // decodeQuantity reads the body {"quantity":N} and returns N, a non-negative integer (the
 // service checks its range).

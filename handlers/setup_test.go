@@ -23,7 +23,6 @@ import (
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 	"github.com/stockguard/stockguard/models"
-	"github.com/stockguard/stockguard/pitfalls"
 )
 
 const testToken = "test-admin-token"
@@ -45,8 +44,7 @@ type env struct {
 	metrics *handlers.Metrics
 	locks   *inventory.LockSet
 
-	lockClient *locking.Client  // nil without redis
-	events     *handlers.Events // demo mode: the lab's event hub
+	lockClient *locking.Client // nil without redis
 }
 
 // lockKeyPrefix is the prefix main gives the lock client.
@@ -54,12 +52,12 @@ const lockKeyPrefix = "stockguard:lock:"
 
 type envOptions struct {
 	demo            bool
-	redis           *redistest.Server // nil: no lock (the lock strategies answer unavailable)
-	lockWait        time.Duration     // the lock client's Wait; 0 means its default
-	defaultStrategy string            // "" means guard without redis, lock+guard with it
-	log             io.Writer         // the handlers' log; nil discards it
-	lease           time.Duration     // the lock lease; 0 means the lock client's default
-	writeTimeout    time.Duration     // the HTTP server's WriteTimeout; 0: none
+	redis           *redistest.Server      // nil: no lock (the lock strategies answer unavailable)
+	lockWait        time.Duration          // the lock client's Wait; 0 means its default
+	defaultStrategy string                 // "" means guard without redis, lock+guard with it
+	log             io.Writer              // the handlers' log; nil discards it
+	lease           time.Duration          // the lock lease; 0 means the lock client's default
+	configure       func(*handlers.Config) // when not nil, changes the handlers' configuration
 }
 
 // newEnv starts a storefront; the default strategy is guard unless opts says otherwise.
@@ -71,15 +69,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	t.Cleanup(func() { _ = models.Close(db) })
 	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
 	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Holds: e.metrics}
-	var stallFor time.Duration
-	var stallLocker inventory.Locker
 	hooks := locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix))
-	if opts.demo {
-		e.events = handlers.NewEvents(opts.lease)
-		t.Cleanup(e.events.Close)
-		cfg.Observer = e.events
-		hooks = locking.JoinHooks(hooks, inventory.ObserverHooks(e.events))
-	}
 	if opts.redis != nil {
 		rdb := opts.redis.Client(t)
 		var callTimeout time.Duration
@@ -94,37 +84,15 @@ func newEnv(t testing.TB, opts envOptions) *env {
 			}
 			wg.Wait()
 		}
-		lockOpts := func(noWatchdog bool) *locking.Options {
-			return &locking.Options{KeyPrefix: lockKeyPrefix, Wait: opts.lockWait, Lease: opts.lease,
-				CallTimeout: callTimeout, Hooks: hooks, DisableWatchdog: noWatchdog}
-		}
-		e.lockClient = locking.New(rdb, lockOpts(false))
+		e.lockClient = locking.New(rdb, &locking.Options{KeyPrefix: lockKeyPrefix, Wait: opts.lockWait,
+			Lease: opts.lease, CallTimeout: callTimeout, Hooks: hooks})
 		t.Cleanup(func() { _ = e.lockClient.Close() })
 		cfg.Locker = inventory.NewLocker(e.lockClient)
-		if opts.demo && opts.lease > 0 { // the stall fault, as main wires it
-			stall := locking.New(rdb, lockOpts(true))
-			t.Cleanup(func() { _ = stall.Close() })
-			stallFor, stallLocker = 3*opts.lease, inventory.NewLocker(stall)
-		}
-		if opts.demo { // the demo strategies, as main wires them (demo.go)
-			po := func(name string) pitfalls.Options {
-				return pitfalls.Options{KeyPrefix: inventory.PitfallKeyPrefix(name),
-					Lease: cmp.Or(opts.lease, time.Second), Wait: cmp.Or(opts.lockWait, time.Second)}
-			}
-			cfg.Extra = inventory.DemoStrategies(inventory.DemoDeps{
-				Pitfalls: map[string]inventory.Locker{
-					inventory.StrategySetnxExpire: pitfalls.NewSetnxExpire(rdb, po(inventory.StrategySetnxExpire)),
-					inventory.StrategyDelRelease:  pitfalls.NewDelRelease(rdb, po(inventory.StrategyDelRelease)),
-					inventory.StrategyFixedLease:  pitfalls.NewFixedLease(rdb, po(inventory.StrategyFixedLease)),
-				},
-				Mirror: pitfalls.NewMirror(rdb, inventory.StockKeyPrefix),
-			})
-		}
 		cfg.Checks = []inventory.Check{{Name: "redis " + opts.redis.Addr(), Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}}
 		cfg.Default = inventory.StrategyLockGuard
 	}
-	if opts.demo && cfg.Extra == nil { // the demo strategies without Redis: unavailable
-		cfg.Extra = inventory.DemoStrategies(inventory.DemoDeps{})
+	if opts.demo {
+		cfg.Extra = demoRows(t, opts) // none in the nodemo build
 	}
 	if opts.defaultStrategy != "" {
 		cfg.Default = opts.defaultStrategy
@@ -135,7 +103,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	t.Cleanup(func() { _ = svc.Close() })
 	require.NoError(t, svc.Reset(ctx, testCatalogue))
 	e.svc, e.wrap = svc, &faultService{Service: svc}
-	h := handlers.New(handlers.Config{
+	hcfg := handlers.Config{
 		Service:         e.wrap,
 		AdminToken:      testToken,
 		Demo:            opts.demo,
@@ -143,14 +111,11 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		Logger:          slog.New(slog.NewTextHandler(cmp.Or(opts.log, io.Discard), nil)),
 		Metrics:         e.metrics,
 		Debug:           e.locks,
-		Events:          e.events,
-		Lease:           opts.lease,
-		StallFor:        stallFor,
-		StallLocker:     stallLocker,
-	})
-	e.srv = httptest.NewUnstartedServer(h)
-	e.srv.Config.WriteTimeout = opts.writeTimeout
-	e.srv.Start()
+	}
+	if opts.configure != nil {
+		opts.configure(&hcfg)
+	}
+	e.srv = httptest.NewServer(handlers.New(hcfg))
 	t.Cleanup(e.srv.Close)
 	return e
 }

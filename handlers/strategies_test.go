@@ -8,12 +8,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
 )
 
 type strategyRow struct {
 	Name           string `json:"name"`
 	Safe           bool   `json:"safe"`
+	TakesLock      bool   `json:"takes_lock"`
 	DemoOnly       bool   `json:"demo_only"`
 	RedisKeyPrefix string `json:"redis_key_prefix"`
 	Default        bool   `json:"default"`
@@ -32,42 +34,16 @@ func strategiesOf(t *testing.T, e *env) map[string]strategyRow {
 	return m
 }
 
-// GET /api/strategies lists what the service offers: the demo-only strategies with --demo only.
-func TestStrategiesListsDemoOnlyRowsInDemoMode(t *testing.T) {
-	prod := strategiesOf(t, newEnv(t, envOptions{}))
-	assert.True(t, prod[inventory.StrategyGuard].Safe)
-	assert.True(t, prod[inventory.StrategyGuard].Default)
-	for name, r := range prod {
-		assert.False(t, r.DemoOnly, "%s offered without --demo", name)
+// GET /api/strategies tells which strategies take a per-item Redis lock.
+func TestStrategiesTakesLock(t *testing.T) {
+	rows := strategiesOf(t, newEnv(t, envOptions{redis: redistest.Start(t)}))
+	for name, takes := range map[string]bool{
+		inventory.StrategyNaive: false, inventory.StrategyGuard: false, inventory.StrategyLocal: false,
+		inventory.StrategyLock: true, inventory.StrategyLockGuard: true,
+	} {
+		require.Contains(t, rows, name)
+		assert.Equal(t, takes, rows[name].TakesLock, name)
 	}
-
-	demo := strategiesOf(t, newEnv(t, envOptions{demo: true}))
-	for _, name := range []string{inventory.StrategySetnxExpire, inventory.StrategyDelRelease, inventory.StrategyFixedLease,
-		inventory.StrategyOptimistic, inventory.StrategyRedisStock, inventory.StrategyRedisStockGuard, inventory.StrategyWatch} {
-		require.Contains(t, demo, name)
-		assert.True(t, demo[name].DemoOnly, name)
-	}
-	assert.False(t, demo[inventory.StrategyFixedLease].Safe)
-	assert.True(t, demo[inventory.StrategyRedisStockGuard].Safe)
-	assert.Equal(t, inventory.PitfallKeyPrefix(inventory.StrategySetnxExpire), demo[inventory.StrategySetnxExpire].RedisKeyPrefix)
-	assert.Equal(t, inventory.StockKeyPrefix, demo[inventory.StrategyRedisStock].RedisKeyPrefix)
-}
-
-// X-Fault: crash is demo-only, setnx-expire only; a production server does not know the demo
-// strategies at all.
-func TestCrashFaultHeader(t *testing.T) {
-	prod := newEnv(t, envOptions{})
-	a := prod.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: crash")
-	assert.Equal(t, http.StatusBadRequest, a.status)
-	a = prod.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Strategy: redis-stock")
-	assert.Equal(t, http.StatusBadRequest, a.status, "no X-Strategy outside demo mode")
-
-	demo := newEnv(t, envOptions{demo: true})
-	a = demo.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: crash", "X-Strategy: guard")
-	assert.Equal(t, http.StatusBadRequest, a.status, string(a.body))
-	a = demo.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: later", "X-Strategy: setnx-expire")
-	assert.Equal(t, http.StatusBadRequest, a.status, string(a.body))
-	a = demo.do(http.MethodPost, "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: crash", "X-Strategy: setnx-expire")
-	assert.Equal(t, http.StatusServiceUnavailable, a.status, "no pitfall lock wired: unavailable, %s", a.body)
-	assert.Equal(t, "unavailable", a.errorCode())
+	a := newEnv(t, envOptions{}).do(http.MethodGet, "/api/strategies", "")
+	assert.Contains(t, string(a.body), `"takes_lock":false`, "the field is always there")
 }

@@ -1,4 +1,6 @@
-package handlers
+//go:build !nodemo
+
+package lab
 
 import (
 	"errors"

@@ -1,4 +1,6 @@
-package handlers
+//go:build !nodemo
+
+package lab
 
 import (
 	"context"
@@ -7,40 +9,46 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockguard/stockguard/handlers"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/pitfalls"
 )
 
-// faultOf builds, from X-Fault (demo mode only), the interceptor of the purchase's fault:
-// "stall" (stallFault) or "crash" (crashFault); nil without the header.
-func (s *server) faultOf(h http.Header) (inventory.Interceptor, error) {
-	values, ok := h[http.CanonicalHeaderKey(headerFault)]
+// HeaderFault is the purchase header of the lab's faults: "stall" stops the purchase before
+// its write for longer than its lock's lease; "crash" (setnx-expire only) makes its lock's
+// holder die between SETNX and EXPIRE.
+const HeaderFault = "X-Fault"
+
+// EventStall is the event of a purchase the stall fault stops before its write (StallMS).
+const EventStall = "stall"
+
+// faults builds, from X-Fault, the interceptor of the purchase's fault (handlers.Config.Intercept):
+// nil without the header.
+func (s *Storefront) faults(r *http.Request) (inventory.Interceptor, error) {
+	values, ok := r.Header[http.CanonicalHeaderKey(HeaderFault)]
 	if !ok {
 		return nil, nil
 	}
-	if !s.demo {
-		return nil, fmt.Errorf("%w: %s is only accepted when the server runs with --demo", inventory.ErrInvalid, headerFault)
-	}
-	strategy := h.Get(headerStrategy)
+	strategy := r.Header.Get(handlers.HeaderStrategy)
 	if strategy == "" {
-		strategy = s.defaultStrategy
+		strategy = s.cfg.Strategy
 	}
 	switch {
 	case len(values) == 1 && values[0] == faultStall:
 		switch {
-		case s.stallFor <= 0:
-			return nil, fmt.Errorf("%w: the stall fault is only offered in demo mode", inventory.ErrInvalid)
+		case s.cfg.StallFor <= 0:
+			return nil, fmt.Errorf("%w: the stall fault is not offered (no stall length)", inventory.ErrInvalid)
 		case strategy == inventory.StrategyRedlockGuard:
 			return nil, fmt.Errorf("%w: the stall fault is not offered with %s", inventory.ErrInvalid, strategy)
 		}
-		return &stallFault{locker: s.stallLocker, pause: s.stallFor, hub: s.hub}, nil
+		return &stallFault{locker: s.stallLocker, pause: s.cfg.StallFor, events: s.events}, nil
 	case len(values) == 1 && values[0] == faultCrash:
 		if strategy != inventory.StrategySetnxExpire {
 			return nil, fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire)
 		}
 		return crashFault{}, nil
 	}
-	return nil, fmt.Errorf("%w: %s must be %q or %q", inventory.ErrInvalid, headerFault, faultStall, faultCrash)
+	return nil, fmt.Errorf("%w: %s must be %q or %q", inventory.ErrInvalid, HeaderFault, faultStall, faultCrash)
 }
 
 // stallFault is the stall fault: the purchase's first write attempt stops for pause without
@@ -49,7 +57,7 @@ func (s *server) faultOf(h http.Header) (inventory.Interceptor, error) {
 type stallFault struct {
 	locker inventory.Locker
 	pause  time.Duration
-	hub    *Events
+	events *Events
 	once   sync.Once
 }
 
@@ -66,9 +74,7 @@ func (f *stallFault) BeforeWrite(ctx context.Context, itemID int64, strategy str
 	if !first {
 		return nil // the fault stops the first attempt only
 	}
-	if f.hub != nil {
-		f.hub.publish(Event{Kind: eventStall, Item: itemID, Strategy: strategy, Quantity: 0, StallMS: ms(f.pause)})
-	}
+	f.events.publish(Event{Kind: EventStall, Item: itemID, Strategy: strategy, StallMS: ms(f.pause)})
 	t := time.NewTimer(f.pause)
 	defer t.Stop()
 	select {
@@ -78,9 +84,6 @@ func (f *stallFault) BeforeWrite(ctx context.Context, itemID int64, strategy str
 		return ctx.Err()
 	}
 }
-
-// eventStall: the stall fault stopped a purchase before its write.
-const eventStall = "stall"
 
 // crashFault is setnx-expire's crash fault: the lock's holder dies between its SETNX and its
 // EXPIRE (pitfalls.Crashing).

@@ -1,4 +1,6 @@
-package handlers
+//go:build !nodemo
+
+package lab
 
 import (
 	"encoding/json"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/stockguard/stockguard/handlers"
 	"github.com/stockguard/stockguard/inventory"
 )
 
@@ -34,7 +37,7 @@ type Event struct {
 	Missed    int64   `json:"missed,omitempty"` // events this subscriber missed before this one
 }
 
-// Lock event kinds (the purchase kinds are inventory's Event* constants).
+// Lock event kinds (the purchase kinds are inventory's Event* constants, and EventStall).
 const (
 	EventHello    = "hello" // first event of every stream: the process and its lease
 	EventAcquired = "acquire"
@@ -43,7 +46,7 @@ const (
 	EventLost     = "lost"
 )
 
-// Events is what main feeds it with.
+// Events is what the storefront feeds it with.
 var (
 	_ inventory.LockObserver = (*Events)(nil)
 	_ inventory.Observer     = (*Events)(nil)
@@ -53,10 +56,10 @@ var (
 const subscriberBuffer = 4096
 
 // Events collects the lock and purchase events of this process and streams them to the
-// subscribers of GET /api/events. main feeds it: its Lock* methods from the lock client's
-// hooks, Observe as the inventory service's Observer. The zero value is not usable: use
-// NewEvents. Safe for concurrent use; the methods never block. It is an inventory.LockObserver
-// (inventory.ObserverHooks) and an inventory.Observer.
+// subscribers of GET /api/events. The storefront feeds it (Storefront wires it): its Lock*
+// methods from the lock clients' hooks, Observe as the inventory service's Observer. The zero
+// value is not usable: use NewEvents. Safe for concurrent use; the methods never block. It is
+// an inventory.LockObserver (inventory.ObserverHooks) and an inventory.Observer.
 type Events struct {
 	pid   int
 	lease time.Duration
@@ -126,8 +129,8 @@ func (e *Events) Observe(ev inventory.Event) {
 	e.publish(out)
 }
 
-// Close ends every stream and refuses new ones (main calls it when shutdown begins, so that
-// open streams do not hold the graceful shutdown up).
+// Close ends every stream and refuses new ones (called when shutdown begins, so that open
+// streams do not hold the graceful shutdown up).
 func (e *Events) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -229,24 +232,24 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // that went away is noticed.
 const heartbeat = 15 * time.Second
 
-// events answers GET /api/events (demo mode only) with a server-sent event stream: one JSON
-// Event per "data:" line, a "hello" first. The stream clears the server's write deadline
+// errShuttingDown answers a new stream once the hub is closed.
+var errShuttingDown = &handlers.Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
+	Message: "the server is shutting down", RetryAfter: true}
+
+// Serve answers GET /api/events with a server-sent event stream: one JSON Event per "data:"
+// line, a "hello" first. The stream clears the server's write deadline
 // (http.Server.WriteTimeout would otherwise cut it) and ends when the client goes, or when
 // the hub is closed at shutdown.
-func (s *server) events(c *gin.Context) {
-	if !s.demo || s.hub == nil {
-		writeError(c, errDebugDisabled)
-		return
-	}
-	sub := s.hub.subscribe()
+func (e *Events) Serve(c *gin.Context) {
+	sub := e.subscribe()
 	if sub == nil {
-		writeError(c, errShuttingDown)
+		handlers.WriteError(c, errShuttingDown)
 		return
 	}
-	defer s.hub.unsubscribe(sub)
+	defer e.unsubscribe(sub)
 	rc := http.NewResponseController(c.Writer)
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil {
-		requestLogger(c).Warn("event stream: cannot clear the write deadline", "err", err)
+		handlers.RequestLogger(c).Warn("event stream: cannot clear the write deadline", "err", err)
 	}
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -261,7 +264,7 @@ func (s *server) events(c *gin.Context) {
 		}
 		return rc.Flush()
 	}
-	if send(s.hub.hello()) != nil {
+	if send(e.hello()) != nil {
 		return
 	}
 	tick := time.NewTicker(heartbeat)

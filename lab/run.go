@@ -1,4 +1,6 @@
-package handlers
+//go:build !nodemo
+
+package lab
 
 import (
 	"bytes"
@@ -14,6 +16,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/storeapi"
+	"github.com/stockguard/stockguard/internal/verdict"
 	"github.com/stockguard/stockguard/inventory"
 )
 
@@ -24,21 +29,12 @@ const (
 	labHeldTimeout = 2 * time.Second  // past the work: how long a run waits for the stalled purchase's lock
 )
 
-// Verdicts of a lab run, as the load test names them.
-const (
-	verdictSafe       = "SAFE"
-	verdictOversold   = "OVERSOLD"
-	verdictLostUpdate = "LOST UPDATE"
-	verdictBlocked    = "BLOCKED" // the crash fault left a lock nobody can take: nothing sold
-)
-
 // Faults of a lab run.
 const (
 	faultNone  = ""
-	faultStall = "stall" // the first buyer stalls before its write (inventory's stall fault)
+	faultStall = "stall" // the first buyer stalls before its write (X-Fault, faults.go)
 	faultPause = "pause" // the supervisor SIGSTOPs the item's lock holder during the burst
-	// faultCrash (purchase.go): the first buyer of setnx-expire dies between SETNX and EXPIRE,
-	// alone, before the others start.
+	faultCrash = "crash" // the first buyer of setnx-expire dies between SETNX and EXPIRE (X-Fault), alone, before the others start
 )
 
 // labRunRequest is the body of POST /api/lab/run.
@@ -52,7 +48,7 @@ type labRunRequest struct {
 }
 
 // labRunResult is the answer of a run: what the buyers were told, and the item before and
-// after, from which the verdict follows (as in the load test: oversold, then lost update).
+// after, from which the verdict follows (internal/verdict, as in the load test).
 type labRunResult struct {
 	labRunRequest
 	StartedMS   float64        `json:"started_ms"` // Unix ms
@@ -62,8 +58,8 @@ type labRunResult struct {
 	StockBefore int            `json:"stock_before"`
 	StockAfter  int            `json:"stock_after"`
 	Sold        int            `json:"sold"`         // units of the orders written in the run
-	Oversold    int            `json:"oversold"`     // units sold beyond the initial stock, added by the run
-	LostUpdates int            `json:"lost_updates"` // units sold that the stock does not show
+	Oversold    int            `json:"oversold"`     // units sold beyond the stock (or below zero), added by the run
+	LostUpdates int            `json:"lost_updates"` // units sold that the stock does not show, or the reverse
 	Verdict     string         `json:"verdict"`
 	Paused      *Paused        `json:"paused,omitempty"`
 	Note        string         `json:"note,omitempty"`
@@ -71,24 +67,24 @@ type labRunResult struct {
 
 // run answers POST /api/lab/run: a burst of purchases, round-robin across the instances,
 // with the chosen fault; it answers once every buyer has its answer.
-func (l *lab) run(c *gin.Context) {
+func (l *api) run(c *gin.Context) {
 	var req labRunRequest
-	if err := decodeStrict(c.Request.Body, &req); err != nil {
-		writeError(c, err)
+	if err := handlers.DecodeJSON(c.Request.Body, &req); err != nil {
+		handlers.WriteError(c, err)
 		return
 	}
 	switch {
 	case req.Buyers < 1 || req.Buyers > maxLabBuyers:
-		writeError(c, fmt.Errorf("%w: buyers must be 1..%d", inventory.ErrInvalid, maxLabBuyers))
+		handlers.WriteError(c, fmt.Errorf("%w: buyers must be 1..%d", inventory.ErrInvalid, maxLabBuyers))
 		return
 	case req.Fault != faultNone && req.Fault != faultStall && req.Fault != faultPause && req.Fault != faultCrash:
-		writeError(c, fmt.Errorf("%w: fault must be \"\", %q, %q or %q", inventory.ErrInvalid, faultStall, faultPause, faultCrash))
+		handlers.WriteError(c, fmt.Errorf("%w: fault must be \"\", %q, %q or %q", inventory.ErrInvalid, faultStall, faultPause, faultCrash))
 		return
 	case req.Fault == faultCrash && req.Strategy != inventory.StrategySetnxExpire:
-		writeError(c, fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire))
+		handlers.WriteError(c, fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire))
 		return
 	case req.Fault == faultPause && l.sup == nil:
-		writeError(c, errPauseUnsupported)
+		handlers.WriteError(c, errPauseUnsupported)
 		return
 	}
 	// The run may outlast the server's write timeout (a stall lasts three leases).
@@ -97,7 +93,7 @@ func (l *lab) run(c *gin.Context) {
 	defer cancel()
 	res, err := l.burst(ctx, l.instances(c), req)
 	if err != nil {
-		writeError(c, err)
+		handlers.WriteError(c, err)
 		return
 	}
 	c.JSON(http.StatusOK, res)
@@ -106,7 +102,7 @@ func (l *lab) run(c *gin.Context) {
 // answer is what one buyer was told.
 type answer struct{ code, message string }
 
-func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest) (labRunResult, error) {
+func (l *api) burst(ctx context.Context, insts []Instance, req labRunRequest) (labRunResult, error) {
 	res := labRunResult{labRunRequest: req, Answers: map[string]int{}}
 	first := insts[0].URL
 	before, err := l.itemStats(ctx, first, req.Item)
@@ -141,7 +137,7 @@ func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest)
 		buy(i, faultNone)
 	}
 	if req.Fault == faultPause {
-		res.Paused, res.Note = l.pauseHolder(ctx, req.Item)
+		res.Paused, res.Note = l.pauseHolder(ctx, first, req)
 	}
 	wg.Wait()
 	close(answers)
@@ -161,26 +157,21 @@ func (l *lab) burst(ctx context.Context, insts []LabInstance, req labRunRequest)
 	}
 	res.EndedMS = unixMS(time.Now())
 	res.Initial, res.StockBefore, res.StockAfter = after.InitialStock, before.Stock, after.Stock
-	res.Sold = after.SoldUnits - before.SoldUnits
-	res.Oversold = after.OversoldUnits - before.OversoldUnits
-	res.LostUpdates = res.Sold - (before.Stock - after.Stock)
-	switch {
-	case res.Oversold > 0:
-		res.Verdict = verdictOversold
-	case res.LostUpdates != 0:
-		res.Verdict = verdictLostUpdate
-	case req.Fault == faultCrash && res.Sold == 0 && req.Buyers > 1 && res.Answers["lock_timeout"] == req.Buyers-1:
-		res.Verdict = verdictBlocked
+	counts := verdict.Between(before, after) // the load test's judgement, on this item
+	// The crash fault's buyer died holding a key without a TTL: the others all waited their
+	// whole lock wait and were refused.
+	counts.Blocked = req.Fault == faultCrash && counts.Sold == 0 &&
+		verdict.AllRefused(res.Answers, "lock_timeout", req.Buyers-1)
+	res.Sold, res.Oversold, res.LostUpdates, res.Verdict = counts.Sold, counts.Oversold, counts.LostUpdates, counts.Verdict()
+	if res.Verdict == verdict.Blocked {
 		res.Note = "the crashed holder's key has no TTL: every later buyer waited its whole lock wait and was refused; " +
 			"the item stays blocked until the key is deleted by hand (the lab's reset deletes it)"
-	default:
-		res.Verdict = verdictSafe
 	}
 	return res, nil
 }
 
 // purchase sends one purchase of the run to the instance at base.
-func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, fault string) answer {
+func (l *api) purchase(ctx context.Context, base string, req labRunRequest, fault string) answer {
 	body := []byte(`{"quantity":` + strconv.Itoa(req.Quantity) + `}`)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost,
 		base+"/api/items/"+strconv.FormatInt(req.Item, 10)+"/purchase", bytes.NewReader(body))
@@ -188,18 +179,23 @@ func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, faul
 		return answer{code: "invalid_request", message: err.Error()}
 	}
 	if req.Strategy != "" {
-		hr.Header.Set(headerStrategy, req.Strategy)
+		hr.Header.Set(handlers.HeaderStrategy, req.Strategy)
 	}
-	hr.Header.Set(headerSimulatedWork, (time.Duration(req.WorkMS) * time.Millisecond).String())
+	hr.Header.Set(handlers.HeaderSimulatedWork, (time.Duration(req.WorkMS) * time.Millisecond).String())
 	if fault != faultNone {
-		hr.Header.Set(headerFault, fault)
+		hr.Header.Set(HeaderFault, fault)
 	}
 	resp, err := l.hc.Do(hr)
 	if err != nil {
 		return answer{code: "unreachable", message: err.Error()}
 	}
 	defer resp.Body.Close()
-	var out errorBody
+	var out struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	switch {
 	case resp.StatusCode == http.StatusCreated:
@@ -213,47 +209,39 @@ func (l *lab) purchase(ctx context.Context, base string, req labRunRequest, faul
 	}
 }
 
-// itemStats reads one item's sales summary from the instance at base.
-func (l *lab) itemStats(ctx context.Context, base string, item int64) (inventory.ItemStats, error) {
+// itemStats reads one item's sales numbers (its row of GET /api/stats) from the instance at
+// base.
+func (l *api) itemStats(ctx context.Context, base string, item int64) (verdict.Item, error) {
 	var stats []inventory.ItemStats
-	if err := l.getJSON(ctx, base+"/api/stats", &stats); err != nil {
-		return inventory.ItemStats{}, err
+	if err := l.getJSON(ctx, base, "/api/stats", &stats); err != nil {
+		return verdict.Item{}, err
 	}
 	for _, st := range stats {
 		if st.ItemID == item {
-			return st, nil
+			return verdict.Item{ItemID: st.ItemID, InitialStock: st.InitialStock, Stock: st.Stock,
+				SoldUnits: st.SoldUnits, OrderCount: st.OrderCount}, nil
 		}
 	}
-	return inventory.ItemStats{}, fmt.Errorf("%w: item %d", inventory.ErrNotFound, item)
+	return verdict.Item{}, fmt.Errorf("%w: item %d", inventory.ErrNotFound, item)
 }
 
 // waitHeld waits, up to limit, until the instance at base holds item's lock.
-func (l *lab) waitHeld(ctx context.Context, base string, item int64, limit time.Duration) {
+func (l *api) waitHeld(ctx context.Context, base string, item int64, limit time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	for {
-		var body debugLocksBody
-		if l.getJSON(ctx, base+"/api/debug/locks", &body) == nil {
-			for _, h := range body.Locks {
-				if h.ItemID == item {
-					return
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return // a strategy without a lock: the stall still holds the first buyer back
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	// On timeout, a strategy without a lock: the stall still holds the first buyer back.
+	_, _ = storeapi.AwaitHolder(ctx, l.hc, []string{base}, item, 10*time.Millisecond)
 }
 
 // pauseHolder asks the supervisor to pause the item's lock holder as soon as there is one.
-func (l *lab) pauseHolder(ctx context.Context, item int64) (*Paused, string) {
+func (l *api) pauseHolder(ctx context.Context, base string, req labRunRequest) (*Paused, string) {
+	if takes, known := l.takesLock(ctx, base, req.Strategy); known && !takes {
+		return nil, "nothing to pause: the strategy takes no lock, so no instance holds one"
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
-		p, err := l.sup.Pause(ctx, item)
+		p, err := l.sup.Pause(ctx, req.Item)
 		if err == nil {
 			return &p, ""
 		}
@@ -262,26 +250,34 @@ func (l *lab) pauseHolder(ctx context.Context, item int64) (*Paused, string) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, "no instance was seen holding the item's lock: the strategy takes none, or the burst was over"
+			return nil, "no instance was seen holding the item's lock: the burst was over before one took it"
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
 
-func (l *lab) getJSON(ctx context.Context, url string, v any) error {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// takesLock tells whether the strategy name ("": the default) of the instance at base takes
+// a per-item lock (GET /api/strategies' takes_lock); known is false when the instance does
+// not say.
+func (l *api) takesLock(ctx context.Context, base, name string) (takes, known bool) {
+	list, err := storeapi.Strategies(ctx, l.hc, base)
 	if err != nil {
-		return err
+		return false, false
 	}
-	resp, err := l.hc.Do(hr)
-	if err != nil {
-		return fmt.Errorf("%w: lab instance %s: %w", inventory.ErrUnavailable, url, err)
+	for _, st := range list {
+		if st.Name == name || (name == "" && st.Default) {
+			return st.TakesLock, true
+		}
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: lab instance %s answered %s", inventory.ErrUnavailable, url, resp.Status)
+	return false, false
+}
+
+// getJSON reads path of the instance at base; any failure is the instance being unavailable.
+func (l *api) getJSON(ctx context.Context, base, path string, v any) error {
+	if err := storeapi.GetJSON(ctx, l.hc, base, path, v); err != nil {
+		return fmt.Errorf("%w: lab instance %s: %w", inventory.ErrUnavailable, base, err)
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
+	return nil
 }
 
 func unixMS(t time.Time) float64 { return float64(t.UnixMicro()) / 1000 }

@@ -1,0 +1,111 @@
+//go:build !nodemo
+
+package lab_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/browsertest"
+)
+
+var update = flag.Bool("update", false, "rewrite the lab screenshots in docs/ (TestLabInBrowser)")
+
+// labForm fills the lab's form, submits it from the keyboard (Enter on Run) and waits for
+// run number n's verdict, which it returns.
+func labForm(ctx context.Context, n int, strategy string, buyers, workMS int, item int64, fault string) (string, error) {
+	err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("strategy"), strategy),
+		chromedp.SetValue(chromedp.ID("buyers"), strconv.Itoa(buyers)),
+		chromedp.SetValue(chromedp.ID("work"), strconv.Itoa(workMS)),
+		chromedp.SetValue(chromedp.ID("item"), strconv.FormatInt(item, 10)),
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`input[name=fault][value=%q]`, fault))),
+		chromedp.Focus(chromedp.ID("run")),
+		chromedp.KeyEvent("\r"),
+		browsertest.Void(chromedp.Poll[bool](fmt.Sprintf(`document.body.dataset.runs === "%d"`, n), chromedp.WithPollingTimeout(60*time.Second))),
+	)
+	if err != nil {
+		return "", err
+	}
+	return chromedp.Run(ctx, chromedp.Text(chromedp.ID("verdict")))
+}
+
+// TestLabInBrowser drives the lab in Chromium against `--demo --instances 2`: naive oversells,
+// lock+guard is safe, and with the deterministic stall the fence refusal shows in the log.
+// With -update it rewrites the screenshots of README (docs/lab-*.png).
+func TestLabInBrowser(t *testing.T) {
+	s, items := startLab(t, 2)
+	ctx := browsertest.Start(t)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`)),
+	))
+
+	verdict, err := labForm(ctx, 1, "naive", 20, 50, items[0], "")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`oversold (\d+)`).FindStringSubmatch(verdict)
+	require.NotNil(t, m, verdict)
+	oversold, _ := strconv.Atoi(m[1])
+	assert.Regexp(t, `^OVERSOLD`, verdict)
+	assert.Positive(t, oversold, verdict)
+
+	verdict, err = labForm(ctx, 2, "lock+guard", 20, 20, items[1], "")
+	require.NoError(t, err)
+	assert.Regexp(t, `^SAFE`, verdict)
+	assert.Contains(t, verdict, "sold 10 ")
+
+	verdict, err = labForm(ctx, 3, "lock+guard", 5, 100, items[2], "stall")
+	require.NoError(t, err)
+	assert.Regexp(t, `^SAFE`, verdict)
+	refusedRow := chromedp.CSS(`#log li[data-kind="fence_refused"]`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(refusedRow)))
+	refused, err := chromedp.Run(ctx, chromedp.Text(refusedRow))
+	require.NoError(t, err)
+	assert.Contains(t, refused, "FENCE REFUSED")
+	if *update {
+		shot(t, ctx, "../docs/lab-fence-refused.png")
+	}
+
+	// Replay: scrub to just before the stalled holder's lease ran out, then one step back
+	// with the keyboard.
+	require.NoError(t, chromedp.Do(ctx,
+		browsertest.Void(chromedp.Evaluate[any](`(() => {
+			const lost = document.querySelector('#log li[data-kind="lost"]');
+			const s = document.getElementById('scrub');
+			s.value = Number(lost.dataset.t) - 200;
+			s.dispatchEvent(new Event('input'));
+		})()`)),
+		chromedp.Focus(chromedp.ID("scrub")),
+		chromedp.KeyEvent(kb.ArrowLeft), // keyboard users scrub too
+	))
+	clock, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("clock")))
+	require.NoError(t, err)
+	lanes, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("lanes")))
+	require.NoError(t, err)
+	assert.Contains(t, clock, "replay at")
+	assert.Contains(t, lanes, "holds token", "the stalled holder, just before its lease ran out")
+	if *update {
+		shot(t, ctx, "../docs/lab-stall-replay.png")
+	}
+}
+
+// shot writes a screenshot of the whole page to path.
+func shot(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.FromSlash(path), png, 0o644))
+	t.Logf("wrote %s", path)
+}

@@ -1,0 +1,179 @@
+//go:build !nodemo
+
+// Package lab is stockguard's lock lab: a page that fires bursts of buyers at one item across
+// storefront instances and draws their locks, leases and fences from each instance's event
+// stream, with faults to inject (a stalled holder, a SIGSTOPped holder, a holder that dies
+// between SETNX and EXPIRE).
+//
+// It plugs into the storefront from outside: Storefront adds the event hub, the faults and
+// the demo strategies' locks to one --demo storefront process (through inventory's and
+// handlers' extension points), and Supervisor is the process of --demo --instances N that
+// starts N storefront processes and serves the lab over them. The storefront builds and runs
+// without this package (the command's nodemo build tag).
+//
+// Routes it adds:
+//
+//	GET  /, /static/*                the lab page (lab.html, lab.js; style.css is the shop's)
+//	GET  /api/events                 server-sent lock and purchase events of this process
+//	GET  /api/lab                    the instances, the lease, and whether Pause is offered
+//	POST /api/lab/run                a burst of buyers with a fault, and its verdict
+//	POST /api/lab/pause              SIGSTOP an item's lock holder (supervisor only)
+//	POST /api/lab/reset              the lab catalogue (one storefront process)
+//	ANY  /i/:index/*path             instance index's API (supervisor only)
+package lab
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/inventory"
+)
+
+// web holds the lab page (lab.html) and its script; the style sheet is the shop's
+// (handlers.Pages serves the two together). Plain files, no build step.
+//
+//go:embed web
+var web embed.FS
+
+// pages is the lab page, for handlers.Config.Pages and the supervisor.
+func pages() *handlers.Pages {
+	sub, _ := fs.Sub(web, "web") // the directory is embedded: Sub cannot fail
+	return &handlers.Pages{FS: sub, Index: "lab.html"}
+}
+
+// Instance is one storefront process of the lab.
+type Instance struct {
+	Index int    `json:"index"`
+	PID   int    `json:"pid"`
+	Base  string `json:"base"` // prefix of its API on the page's origin ("" for the page's own process)
+	URL   string `json:"-"`    // its base URL, for the lab's own requests
+}
+
+// Paused is a lock holder the supervisor stopped.
+type Paused struct {
+	Instance int     `json:"instance"`
+	PID      int     `json:"pid"`
+	Token    int64   `json:"token"`
+	ForMS    float64 `json:"for_ms"` // SIGCONT follows after this long
+}
+
+// Errors of the lab's API.
+var (
+	// ErrNotHeld: the lab was asked to pause the holder of an item's lock, and no instance
+	// holds it (Supervisor.Pause returns it wrapped).
+	ErrNotHeld = &handlers.Error{Status: http.StatusConflict, Code: "not_held",
+		Message: "no instance holds the item's lock"}
+	errPauseUnsupported = &handlers.Error{Status: http.StatusConflict, Code: "pause_unsupported",
+		Message: "pausing a lock holder needs --instances N: a process holding a lock cannot resume itself, so the supervisor sends the signals"}
+)
+
+// Catalogue is what the lab's reset needs of the inventory service (*inventory.Service).
+type Catalogue interface {
+	Reset(ctx context.Context, items []inventory.NewItem) error
+	ListItems(ctx context.Context) ([]inventory.Item, error)
+}
+
+// api serves the lab's API for one demo process, or for a supervisor.
+type api struct {
+	sup   *Supervisor // nil: the lab is this one process
+	lease time.Duration
+	cat   Catalogue // nil in the supervisor (reset goes to an instance)
+	hc    *http.Client
+}
+
+// labInfo is the answer of GET /api/lab.
+type labInfo struct {
+	Instances []Instance `json:"instances"`
+	LeaseMS   float64    `json:"lease_ms"`
+	Pause     bool       `json:"pause"`      // Pause holder is offered
+	PauseNote string     `json:"pause_note"` // why not, when it is not
+}
+
+// labCatalogue is what the lab's Reset loads: three items of ten units, so that a burst of
+// twenty buyers sells one out and an oversell shows at once.
+var labCatalogue = []inventory.NewItem{
+	{SKU: "LAB-HOODIE", Name: "Limited hoodie", Stock: 10, PriceCents: 4999},
+	{SKU: "LAB-TICKET", Name: "Concert ticket", Stock: 10, PriceCents: 7500},
+	{SKU: "LAB-SNEAKER", Name: "Sneaker drop", Stock: 10, PriceCents: 12000},
+}
+
+// routes adds the lab's API.
+func (l *api) routes(r gin.IRoutes) {
+	small := handlers.LimitBody(handlers.MaxBodyBytes)
+	r.GET("/api/lab", small, l.info)
+	r.POST("/api/lab/run", small, l.run)
+	r.POST("/api/lab/pause", small, l.pause)
+	if l.cat != nil {
+		r.POST("/api/lab/reset", small, l.reset)
+	}
+}
+
+// instances lists the lab's instances: the supervisor's, or this process, reached at the
+// local address the request came in on.
+func (l *api) instances(c *gin.Context) []Instance {
+	if l.sup != nil {
+		return l.sup.Instances()
+	}
+	self := Instance{PID: os.Getpid()}
+	if addr, ok := c.Request.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		self.URL = "http://" + addr.String()
+	}
+	return []Instance{self}
+}
+
+func (l *api) info(c *gin.Context) {
+	info := labInfo{Instances: l.instances(c), LeaseMS: ms(l.lease), Pause: l.sup != nil}
+	if l.sup == nil {
+		info.PauseNote = errPauseUnsupported.Error()
+	}
+	c.JSON(http.StatusOK, info)
+}
+
+// reset answers POST /api/lab/reset in one demo process: the lab catalogue replaces the
+// catalogue. No admin token: a demo server is for learning, never for a shop.
+func (l *api) reset(c *gin.Context) {
+	if err := l.cat.Reset(c.Request.Context(), labCatalogue); err != nil {
+		handlers.WriteError(c, err)
+		return
+	}
+	items, err := l.cat.ListItems(c.Request.Context())
+	if err != nil {
+		handlers.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, handlers.ItemViews(items))
+}
+
+// pause answers POST /api/lab/pause {"item":N}.
+func (l *api) pause(c *gin.Context) {
+	var body struct {
+		Item int64 `json:"item"`
+	}
+	if err := handlers.DecodeJSON(c.Request.Body, &body); err != nil {
+		handlers.WriteError(c, err)
+		return
+	}
+	if body.Item <= 0 {
+		handlers.WriteError(c, fmt.Errorf("%w: item must be a positive id", inventory.ErrInvalid))
+		return
+	}
+	if l.sup == nil {
+		handlers.WriteError(c, errPauseUnsupported)
+		return
+	}
+	p, err := l.sup.Pause(c.Request.Context(), body.Item)
+	if err != nil {
+		handlers.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, p)
+}

@@ -1,0 +1,51 @@
+//go:build !nodemo
+
+package lab
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/inventory"
+)
+
+// errNoInstance answers a path under /i/ that names no instance.
+var errNoInstance = &handlers.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such lab instance"}
+
+// proxy forwards a request under /i/<index>/ to that instance. A proxied event stream
+// outlives the supervisor's write timeout too.
+func (l *api) proxy(c *gin.Context) {
+	idx, err := strconv.Atoi(c.Param("index"))
+	insts := l.sup.Instances()
+	if err != nil || idx < 0 || idx >= len(insts) {
+		handlers.WriteError(c, errNoInstance)
+		return
+	}
+	target, err := url.Parse(insts[idx].URL)
+	if err != nil || insts[idx].URL == "" {
+		handlers.WriteError(c, errNoInstance)
+		return
+	}
+	if strings.HasSuffix(c.Param("path"), "/events") {
+		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Time{})
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.URL.Path = c.Param("path")
+			pr.Out.URL.RawPath = ""
+		},
+		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {
+			handlers.WriteError(c, fmt.Errorf("%w: lab instance %d: %w", inventory.ErrUnavailable, idx, err))
+		},
+	}
+	rp.ServeHTTP(c.Writer, c.Request)
+}
