@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/stockguard/stockguard/locking"
 )
 
 // Locker is what inventory needs of a distributed lock service. NewLocker adapts the locking
@@ -53,6 +55,15 @@ const itemLockPrefix = "item:"
 
 // ItemLockName is the name of item id's lock.
 func ItemLockName(itemID int64) string { return itemLockPrefix + strconv.FormatInt(itemID, 10) }
+
+// LockKeys returns the Redis keys of the lock named name under prefix, as package locking lays
+// them out: the lock's hash and its fencing counter (one hash tag, one Cluster slot). Lockers
+// other than package locking's (the demo's broken locks) name their keys with it, so the layout
+// is written once.
+func LockKeys(prefix, name string) (hash, fence string) {
+	k := locking.KeysOf(prefix, name)
+	return k.Hash, k.Fence
+}
 
 // ItemOfLock returns the item whose lock is named name, or false for a lock of another kind.
 func ItemOfLock(name string) (int64, bool) {

@@ -5,7 +5,7 @@
 //
 // Each lock implements inventory's Locker port with its own key prefix
 // (inventory.PitfallKeyPrefix), so its keys never collide with the real lock's; its keys are
-// named as package locking names a lock's (locking.KeysOf):
+// named as the storefront's own lock names its keys (inventory.LockKeys):
 //
 //   - SetnxExpire acquires with SETNX and then EXPIRE, two commands: a holder that dies between
 //     them (Crashing returns such a holder's lock) leaves a key with no TTL.
@@ -30,7 +30,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/locking"
 )
 
 // Options configure a pitfall lock. Lease and Wait are required.
@@ -114,9 +113,12 @@ func (l *Locker) Reset(ctx context.Context, _ map[int64]int) error {
 
 var _ inventory.Resetter = (*Locker)(nil)
 
-// Key returns the Redis key of the lock named name: the hash of package locking's layout,
-// locking.KeysOf(prefix, name).Hash; its fencing counter is KeysOf's Fence.
-func (l *Locker) Key(name string) string { return locking.KeysOf(l.opts.KeyPrefix, name).Hash }
+// Key returns the Redis key of the lock named name: the hash of the storefront's lock layout,
+// inventory.LockKeys(prefix, name); its fencing counter is LockKeys' second key.
+func (l *Locker) Key(name string) string {
+	hash, _ := inventory.LockKeys(l.opts.KeyPrefix, name)
+	return hash
+}
 
 // Obtain polls for the lock until it is free, Options.Wait has passed or ctx ends. Its fencing
 // token is the next of the lock's counter (INCR): a pitfall lock takes no floor (the
@@ -126,8 +128,7 @@ func (l *Locker) Obtain(ctx context.Context, name string, floor int64) (inventor
 	if floor > 0 {
 		return nil, fmt.Errorf("pitfalls: lock %s: a pitfall lock takes no token floor (asked %d)", name, floor)
 	}
-	keys := locking.KeysOf(l.opts.KeyPrefix, name)
-	key := keys.Hash
+	key, fence := inventory.LockKeys(l.opts.KeyPrefix, name)
 	owner := randomOwner()
 	deadline := time.Now().Add(l.opts.Wait)
 	for {
@@ -161,7 +162,7 @@ func (l *Locker) Obtain(ctx context.Context, name string, floor int64) (inventor
 			return nil, fmt.Errorf("%w: pitfall lock %s: EXPIRE: %w", inventory.ErrUnavailable, key, err)
 		}
 	}
-	token, err := l.rdb.Incr(context.WithoutCancel(ctx), keys.Fence).Result()
+	token, err := l.rdb.Incr(context.WithoutCancel(ctx), fence).Result()
 	if err != nil {
 		return nil, fmt.Errorf("%w: pitfall lock %s: token: %w", inventory.ErrUnavailable, key, err)
 	}
