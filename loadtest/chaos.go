@@ -131,19 +131,23 @@ func (c *chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start tim
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, h := range c.holders(ctx, r.hotID) {
+		var paused *Instance
+		if c.eachHolder(ctx, r.hotID, func(h storeapi.Holder) bool {
 			in := c.cluster.Instances[h.Index]
 			ev.Attempts++
 			ev.LockKey = h.Lock.Name
 			if err := in.Pause(); err != nil {
-				continue
+				return false
 			}
 			if c.stillHeld(ctx, c.rdb, h.Lock) {
-				ev.Token, ev.Confirmed = h.Lock.Token, true
-				c.hold(ctx, ev, in, start)
-				return ev
+				ev.Token, ev.Confirmed, paused = h.Lock.Token, true, in
+				return true
 			}
 			_ = in.Resume() // it released the lock between the look-up and the SIGSTOP: try again
+			return false
+		}) {
+			c.hold(ctx, ev, paused, start)
+			return ev
 		}
 		if !c.wait(ctx, stop, 10*time.Millisecond) {
 			break
@@ -156,15 +160,31 @@ func (c *chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start tim
 // holders returns the instances of the cluster that hold item itemID's lock, in order; an
 // answer from another process than the instance's own (a port taken over) is left out.
 func (c *chaos) holders(ctx context.Context, itemID int64) []storeapi.Holder {
-	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
 	var out []storeapi.Holder
-	for _, h := range storeapi.Holders(cctx, c.apis[0].hc, c.cluster.URLs(), itemID) {
-		if h.PID == c.cluster.Instances[h.Index].PID() {
-			out = append(out, h)
+	c.eachHolder(ctx, itemID, func(h storeapi.Holder) bool {
+		out = append(out, h)
+		return false
+	})
+	return out
+}
+
+// eachHolder asks the instances one after the other which holds item itemID's lock, and calls
+// fn on each holder as soon as it answered (a fault lands while the holder is still where it
+// was seen), until fn returns true; it reports whether one did.
+func (c *chaos) eachHolder(ctx context.Context, itemID int64, fn func(storeapi.Holder) bool) bool {
+	for i, in := range c.cluster.Instances {
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		h, ok := storeapi.FindHolder(cctx, c.apis[0].hc, []string{in.URL}, itemID)
+		cancel()
+		if !ok || h.PID != in.PID() {
+			continue
+		}
+		h.Index = i
+		if fn(h) {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 // stillHeld checks on rdb that the lock is still held as l: no one took it after l's holder.

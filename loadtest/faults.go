@@ -95,14 +95,14 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 	var holder *Instance
 	var lock storeapi.HeldLock
 	c.until(ctx, stop, func() bool {
-		for _, h := range c.holders(ctx, hotID) {
+		return c.eachHolder(ctx, hotID, func(h storeapi.Holder) bool {
 			in, l := c.cluster.Instances[h.Index], h.Lock
 			if l.Token <= cut {
-				continue
+				return false
 			}
 			ev.Attempts++
 			if in.Pause() != nil {
-				continue
+				return false
 			}
 			// Stopped, it cannot write from now on; the lock is checked last, right before the kill.
 			if c.unwritten(ctx, h.Index, l.Token) && c.stillHeld(ctx, mc, l) {
@@ -113,8 +113,8 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 			// (stopped between its write and its release: nothing stale left to write, and
 			// the item's fence, the next lock's floor, already holds its token).
 			_ = in.Resume()
-		}
-		return false
+			return false
+		})
 	})
 	if holder == nil {
 		ev.Note = fmt.Sprintf("no holder of item %d's lock with a token above %d was caught (%d tries)", hotID, cut, ev.Attempts)
@@ -182,18 +182,18 @@ func (c *chaos) partition(ctx context.Context, stop <-chan struct{}, start time.
 	var holder *Instance
 	var lock storeapi.HeldLock
 	c.until(ctx, stop, func() bool {
-		for _, h := range c.holders(ctx, hotID) {
+		return c.eachHolder(ctx, hotID, func(h storeapi.Holder) bool {
 			ev.Attempts++
 			if c.cluster.Links[h.Index].Blackhole() != nil {
-				continue
+				return false
 			}
 			if c.stillHeld(ctx, c.rdb, h.Lock) {
 				holder, lock = c.cluster.Instances[h.Index], h.Lock
 				return true
 			}
 			_ = c.cluster.Links[h.Index].Heal() // released between the look-up and the cut
-		}
-		return false
+			return false
+		})
 	})
 	if holder == nil {
 		ev.Note = fmt.Sprintf("no holder of item %d's lock was caught (%d tries)", hotID, ev.Attempts)
