@@ -41,40 +41,7 @@ func newHTTPClient(conc int, timeout time.Duration) *http.Client {
 }
 
 // apiError is a non-2xx answer of the storefront: status plus the error code of its body.
-type apiError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Message)
-}
-
-// decodeAPIError reads the body of a non-2xx response into an apiError. A body that is not the
-// contract's error envelope yields the code "http_<status>".
-func decodeAPIError(status int, body []byte) *apiError {
-	var env struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	e := &apiError{Status: status, Code: "http_" + strconv.Itoa(status)}
-	if json.Unmarshal(body, &env) == nil && env.Error.Code != "" {
-		e.Code, e.Message = env.Error.Code, env.Error.Message
-	} else {
-		e.Message = strings.TrimSpace(string(truncate(body, 200)))
-	}
-	return e
-}
-
-func truncate(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[:n]
-	}
-	return b
-}
+type apiError = storeapi.Error
 
 // do sends one request and decodes a 2xx JSON body into out (if not nil). Non-2xx answers are
 // returned as *apiError.
@@ -132,7 +99,7 @@ func (a *api) doHeader(ctx context.Context, method, path string, hdr http.Header
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, decodeAPIError(resp.StatusCode, b)
+		return resp.StatusCode, storeapi.DecodeError(resp.StatusCode, b)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {

@@ -211,14 +211,7 @@ func (r *pitfallRun) finish(ctx context.Context, row pitfallRow, id int64, resul
 		}
 	}
 	row.Sold, row.Initial = st.SoldUnits, st.InitialStock
-	row.Answers = map[string]int{}
-	for _, res := range results {
-		code := res.Code
-		if code == "" {
-			code = strconv.Itoa(res.Status)
-		}
-		row.Answers[code]++
-	}
+	row.Answers = answerCounts(results)
 	if row.Verdict == "" {
 		it := itemOf(st)
 		c := verdict.Between(verdict.Fresh(it), it) // every row starts on a freshly reset item

@@ -1,6 +1,6 @@
 // Command benchtable turns the output of the bench module's benchmarks (`go test -bench`,
 // any -count) into Markdown tables: the median of each metric over the runs, with the
-// spread (min-max) of the headline metric, and the issue's targets checked.
+// spread (min-max) of the headline metric, and the core lock's goals against its peers checked.
 //
 //	go test -run '^$' -bench . -benchtime 3s -count 3 . | tee results.txt
 //	go run ./benchtable < results.txt > table.md
