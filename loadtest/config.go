@@ -66,7 +66,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin token of the -target servers (needed to reset their catalogue)")
 	fs.StringVar(&c.Bin, "bin", "", "self-contained mode: storefront binary to run instead of building it")
 	fs.StringVar(&c.DB, "db", DBSQLite, `self-contained mode: the instances' shared database: "sqlite" (a file), "postgres" (a private PostgreSQL server it starts), or a postgres:// URL of an existing one`)
-	fs.StringVar(&strategies, "strategies", "", "comma-separated strategies to compare (default: every strategy the servers offer outside demo mode; with a -chaos fault that hits a lock holder, those that take a lock)")
+	fs.StringVar(&strategies, "strategies", "", "comma-separated strategies to compare (default: every strategy the servers offer outside demo mode; with -chaos "+lockOnlyChaos()+": those of them that take a lock)")
 	fs.IntVar(&c.Items, "items", 5, "items in the catalogue")
 	fs.IntVar(&c.Stock, "stock", 100, "initial stock of every item")
 	fs.IntVar(&c.Requests, "requests", 2000, "purchases per strategy")

@@ -198,6 +198,17 @@ func chaosNames() string {
 	return strings.Join(names, ", ")
 }
 
+// lockOnlyChaos names the modes that compare by default only the strategies that take a lock.
+func lockOnlyChaos() string {
+	var names []string
+	for _, m := range chaosModes {
+		if m.lockOnly {
+			names = append(names, m.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
 // chaosHelp is the -chaos help text: one line per mode.
 func chaosHelp() string {
 	lines := []string{"during each strategy's run (none: no fault):"}
