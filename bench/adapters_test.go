@@ -33,7 +33,7 @@ type kind struct {
 // during a benchmark (the stockguard watchdog renews every lease/3 = 10s).
 const lease = 30 * time.Second
 
-// coreKinds are the stockguard lock and its peers (issue 3).
+// coreKinds are the stockguard lock and its peers (redislock, redsync).
 var coreKinds = []kind{
 	{name: "stockguard", nodes: 1, open: openStockguard(nil)},
 	{name: "redislock-1ms", nodes: 1, open: openRedislock(time.Millisecond)},
@@ -41,8 +41,8 @@ var coreKinds = []kind{
 	{name: "redsync", nodes: 1, open: openRedsync},
 }
 
-// familyKinds are the other lock kinds of package locking (issue 6), next to redsync over
-// the same nodes; they are registered by family_test.go as they exist.
+// familyKinds are the other lock kinds of package locking (fair, semaphore, spin, Redlock),
+// next to redsync over the same nodes; family_test.go registers them.
 var familyKinds []kind
 
 // openStockguard is the core lock: pub/sub wake-up, watchdog, fencing tokens. opts (may be

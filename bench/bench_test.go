@@ -118,7 +118,7 @@ func BenchmarkRaw32(b *testing.B) {
 }
 
 // BenchmarkFamilyHandoff32 is the handoff workload for every lock kind of package locking
-// (issue 6) next to the core lock and redsync over the same nodes.
+// (its lock family) next to the core lock and redsync over the same nodes.
 func BenchmarkFamilyHandoff32(b *testing.B) {
 	if len(familyKinds) == 0 {
 		b.Skip("no other lock kinds in package locking yet")

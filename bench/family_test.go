@@ -9,7 +9,7 @@ import (
 	"github.com/stockguard/stockguard/locking"
 )
 
-// The lock family of package locking (issue 6), each under the 32-way handoff workload next
+// The lock family of package locking, each under the 32-way handoff workload next
 // to the core lock and to redsync over the same three nodes.
 func init() {
 	familyKinds = append(familyKinds,

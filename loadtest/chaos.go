@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockguard/stockguard/internal/storeapi"
 )
 
 // ChaosEvent reports one pause of an instance during a strategy's run.
@@ -47,8 +49,8 @@ type Milestone struct {
 
 // String describes the event in one line.
 func (e *ChaosEvent) String() string {
-	if e.Mode == "failover" || e.Mode == "partition" {
-		return e.faultString()
+	if m, _ := modeOf(e.Mode); m.name != chaosPause {
+		return e.faultString(m)
 	}
 	if !e.Paused {
 		return "no pause: " + e.Note
@@ -69,114 +71,127 @@ func (e *ChaosEvent) String() string {
 	return s
 }
 
-// chaos pauses instances of a self-contained cluster, or (faults.go) fails its Redis over or
-// cuts an instance's link to Redis.
+// chaos brings the fault of a chaos mode (modes.go) to the instances of a self-contained
+// cluster during each strategy's run.
 type chaos struct {
-	mode    string // pause, failover or partition
+	mode    chaosMode
 	cluster *Cluster
 	apis    []*api
 	rdb     *redis.Client // the Redis of the locks (pause, partition); nil for failover
 	lease   time.Duration
 }
 
-// usesLock reports whether strategy takes the per-item Redis lock.
-func usesLock(strategy string) bool { return strategy == "lock" || strategy == "lock+guard" }
+// chaosRun is the strategy's run a fault is brought to.
+type chaosRun struct {
+	strategy storeapi.Strategy // as the server describes it
+	hotID    int64             // the hot item
+	round    int               // the run's number
+}
 
-// run waits a little into the run (200 ms; 20 ms for a lock strategy), then pauses for 3× the lease the instance that holds the hot
-// item's lock (any instance with requests in flight when the strategy takes no lock), and resumes
-// it. It returns early, without a pause, when stop closes first. It never leaves a process stopped.
-func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, strategy string, hotID int64, round int) *ChaosEvent {
-	ev := &ChaosEvent{Mode: "pause"}
-	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return true
-		case <-stop:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
+// run waits a little into the run (200 ms; 20 ms for a strategy that takes a lock), then
+// brings the mode's fault. It returns early, without a fault, when stop closes first. It never
+// leaves a process stopped.
+func (c *chaos) run(ctx context.Context, stop <-chan struct{}, start time.Time, r chaosRun) *ChaosEvent {
 	// A lock strategy is looked at from 20 ms in: lock+guard's holds sell to every buyer
 	// waiting for them, so the hot item may be sold out, and its lock free for good, well
 	// before 200 ms.
 	first := 200 * time.Millisecond
-	if usesLock(strategy) {
+	if r.strategy.TakesLock {
 		first = 20 * time.Millisecond
 	}
-	if !wait(first) {
-		ev.Note = "the run ended before the pause"
-		return ev
+	if !c.wait(ctx, stop, first) {
+		return &ChaosEvent{Mode: c.mode.name, Note: "the run ended before the fault"}
 	}
-	switch c.mode {
-	case "failover":
-		return c.failover(ctx, stop, start, hotID)
-	case "partition":
-		return c.partition(ctx, stop, start, hotID)
+	return c.mode.inject(c, ctx, stop, start, r)
+}
+
+// wait waits d; false when stop closes or ctx ends first.
+func (c *chaos) wait(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	case <-ctx.Done():
+		return false
 	}
-	if !usesLock(strategy) {
-		in := c.cluster.Instances[round%len(c.cluster.Instances)]
+}
+
+// pauseHolder pauses for 3x the lease the instance that holds the hot item's lock (an instance
+// serving requests when the strategy takes no lock), then resumes it.
+func (c *chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start time.Time, r chaosRun) *ChaosEvent {
+	ev := &ChaosEvent{Mode: chaosPause}
+	if !r.strategy.TakesLock {
+		in := c.cluster.Instances[r.round%len(c.cluster.Instances)]
 		ev.Note = "the strategy takes no Redis lock: an instance serving requests was paused"
 		c.pause(ctx, ev, in, start)
 		return ev
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		for i, a := range c.apis {
-			in := c.cluster.Instances[i]
-			l, ok := c.holds(ctx, a, in, hotID)
-			if !ok {
-				continue
-			}
+		var paused *Instance
+		if c.eachHolder(ctx, r.hotID, func(h storeapi.Holder) bool {
+			in := c.cluster.Instances[h.Index]
 			ev.Attempts++
-			ev.LockKey = l.Name
+			ev.LockKey = h.Lock.Name
 			if err := in.Pause(); err != nil {
-				continue
+				return false
 			}
-			if c.confirm(ctx, l) {
-				ev.Token, ev.Confirmed = l.Token, true
-				c.hold(ctx, ev, in, start)
-				return ev
+			if c.stillHeld(ctx, c.rdb, h.Lock) {
+				ev.Token, ev.Confirmed, paused = h.Lock.Token, true, in
+				return true
 			}
 			_ = in.Resume() // it released the lock between the look-up and the SIGSTOP: try again
+			return false
+		}) {
+			c.hold(ctx, ev, paused, start)
+			return ev
 		}
-		if !wait(10 * time.Millisecond) {
+		if !c.wait(ctx, stop, 10*time.Millisecond) {
 			break
 		}
 	}
-	ev.Note = fmt.Sprintf("no instance was caught holding the lock of item %d (%d tries)", hotID, ev.Attempts)
+	ev.Note = fmt.Sprintf("no instance was caught holding the lock of item %d (%d tries)", r.hotID, ev.Attempts)
 	return ev
 }
 
-// holds asks instance in whether it holds the lock of item itemID, and returns that lock.
-func (c *chaos) holds(ctx context.Context, a *api, in *Instance, itemID int64) (heldLock, bool) {
-	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	dl, found, err := a.locks(cctx)
-	if err != nil || !found || dl.PID != in.PID() {
-		return heldLock{}, false
-	}
-	for _, l := range dl.Locks {
-		if l.ItemID == itemID {
-			return l, true
-		}
-	}
-	return heldLock{}, false
+// holders returns the instances of the cluster that hold item itemID's lock, in order; an
+// answer from another process than the instance's own (a port taken over) is left out.
+func (c *chaos) holders(ctx context.Context, itemID int64) []storeapi.Holder {
+	var out []storeapi.Holder
+	c.eachHolder(ctx, itemID, func(h storeapi.Holder) bool {
+		out = append(out, h)
+		return false
+	})
+	return out
 }
 
-// confirm checks in Redis that the lock's key exists and its fencing counter is still the
-// lock's token: no one took the lock after the paused holder.
-func (c *chaos) confirm(ctx context.Context, l heldLock) bool {
+// eachHolder asks the instances one after the other which holds item itemID's lock, and calls
+// fn on each holder as soon as it answered (a fault lands while the holder is still where it
+// was seen), until fn returns true; it reports whether one did.
+func (c *chaos) eachHolder(ctx context.Context, itemID int64, fn func(storeapi.Holder) bool) bool {
+	for i, in := range c.cluster.Instances {
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		h, ok := storeapi.FindHolder(cctx, c.apis[0].hc, []string{in.URL}, itemID)
+		cancel()
+		if !ok || h.PID != in.PID() {
+			continue
+		}
+		h.Index = i
+		if fn(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// stillHeld checks on rdb that the lock is still held as l: no one took it after l's holder.
+func (c *chaos) stillHeld(ctx context.Context, rdb *redis.Client, l storeapi.HeldLock) bool {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	got, err := c.rdb.Get(cctx, l.FenceKey).Int64()
-	if err != nil || got != l.Token {
-		return false
-	}
-	n, err := c.rdb.Exists(cctx, l.RedisKey).Result()
-	return err == nil && n == 1
+	return storeapi.StillHeld(cctx, rdb, l)
 }
 
 func (c *chaos) pause(ctx context.Context, ev *ChaosEvent, in *Instance, start time.Time) {

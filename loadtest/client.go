@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/internal/storeapi"
 )
 
 // api talks to one storefront over HTTP. It is safe for concurrent use.
@@ -39,40 +41,7 @@ func newHTTPClient(conc int, timeout time.Duration) *http.Client {
 }
 
 // apiError is a non-2xx answer of the storefront: status plus the error code of its body.
-type apiError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Message)
-}
-
-// decodeAPIError reads the body of a non-2xx response into an apiError. A body that is not the
-// contract's error envelope yields the code "http_<status>".
-func decodeAPIError(status int, body []byte) *apiError {
-	var env struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	e := &apiError{Status: status, Code: "http_" + strconv.Itoa(status)}
-	if json.Unmarshal(body, &env) == nil && env.Error.Code != "" {
-		e.Code, e.Message = env.Error.Code, env.Error.Message
-	} else {
-		e.Message = strings.TrimSpace(string(truncate(body, 200)))
-	}
-	return e
-}
-
-func truncate(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[:n]
-	}
-	return b
-}
+type apiError = storeapi.Error
 
 // do sends one request and decodes a 2xx JSON body into out (if not nil). Non-2xx answers are
 // returned as *apiError.
@@ -130,7 +99,7 @@ func (a *api) doHeader(ctx context.Context, method, path string, hdr http.Header
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, decodeAPIError(resp.StatusCode, b)
+		return resp.StatusCode, storeapi.DecodeError(resp.StatusCode, b)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -192,21 +161,6 @@ type receipt struct {
 	Retries    int    `json:"retries"` // version conflicts or aborted transactions (optimistic, watch)
 }
 
-// debugLocks is the body of the demo-mode GET /api/debug/locks: the locks an instance holds,
-// with their Redis keys (the load test learns the key layout from here, never rebuilds it).
-type debugLocks struct {
-	PID   int        `json:"pid"`
-	Locks []heldLock `json:"locks"`
-}
-
-type heldLock struct {
-	Name     string `json:"name"`
-	ItemID   int64  `json:"item_id"`
-	Token    int64  `json:"token"`
-	RedisKey string `json:"redis_key"`
-	FenceKey string `json:"fence_key"`
-}
-
 func (a *api) ready(ctx context.Context) error {
 	_, err := a.do(ctx, http.MethodGet, "/readyz", nil, nil, nil)
 	return err
@@ -254,14 +208,19 @@ func (a *api) orders(ctx context.Context) ([]order, error) {
 	return nil, errors.New("GET /api/orders: too many pages")
 }
 
-// locks asks a demo-mode instance which item locks it holds; found is false on 404 (not demo).
-func (a *api) locks(ctx context.Context) (dl debugLocks, found bool, err error) {
-	_, err = a.do(ctx, http.MethodGet, "/api/debug/locks", nil, nil, &dl)
-	var ae *apiError
-	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-		return dl, false, nil
+// demo reports whether the instance runs in demo mode: it shows its locks (GET
+// /api/debug/locks answers; a 404 says it does not).
+func (a *api) demo(ctx context.Context) (bool, error) {
+	_, err := storeapi.GetLocks(ctx, a.hc, a.base)
+	if errors.Is(err, storeapi.ErrNotDemo) {
+		return false, nil
 	}
-	return dl, err == nil, err
+	return err == nil, err
+}
+
+// strategies asks the instance which strategies it offers and how each behaves.
+func (a *api) strategies(ctx context.Context) ([]storeapi.Strategy, error) {
+	return storeapi.Strategies(ctx, a.hc, a.base)
 }
 
 // purchaseReq is one HTTP purchase attempt.

@@ -252,7 +252,7 @@ func (c *Cluster) startRedis(cfg ClusterConfig) (func(i int) string, error) {
 		if err != nil {
 			return nil, errors.New("-chaos failover needs redis-server on PATH (apt-get install -y redis-server)")
 		}
-		// Sentinel settings of the issue: a master is down after 500ms, a failover may take 2s.
+		// Quick Sentinel settings: a master is down after 500ms, a failover may take 2s.
 		c.Sentinel, err = redisproc.StartSentinelSet(path, redisproc.SentinelConfig{
 			DownAfter: 500 * time.Millisecond, FailoverTimeout: 2 * time.Second})
 		if err != nil {

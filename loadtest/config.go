@@ -7,18 +7,9 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 )
-
-// Strategy names the storefront offers (docs/DESIGN.md §5).
-var knownStrategies = []string{"naive", "local", "lock", "guard", "lock+guard", "redlock+guard",
-	// the demo-only strategies of issue 14 (pitfalls.go shows each failing under its script)
-	"setnx-expire", "del-release", "fixed-lease", "optimistic", "redis-stock", "redis-stock+guard", "watch"}
-
-// defaultStrategies is the comparison run when -strategies is not given.
-var defaultStrategies = []string{"naive", "local", "lock", "guard", "lock+guard"}
 
 // Config is everything one load test run needs. Build it with parseConfig or by hand (tests).
 type Config struct {
@@ -27,7 +18,7 @@ type Config struct {
 	AdminToken  string        // target mode: the servers' admin token
 	Bin         string        // self-contained mode: storefront binary; "" builds it
 	DB          string        // self-contained mode: "sqlite" (a file), "postgres" (a private server) or a postgres:// URL
-	Strategies  []string      // strategies to compare, in order
+	Strategies  []string      // strategies to compare, in order; nil: the chaos mode's default among those the server offers
 	Items       int           // catalogue size
 	Stock       int           // initial stock of every item
 	Requests    int           // purchases per strategy; 0 = bounded by Duration only
@@ -38,7 +29,7 @@ type Config struct {
 	Hot         float64       // share of purchases on the first item
 	Retry       float64       // share of purchases sent twice with the same Idempotency-Key (half at once)
 	Work        time.Duration // X-Simulated-Work of every purchase
-	Chaos       string        // "", "pause", "failover", "partition" or "latency"
+	Chaos       string        // a chaos mode's name (modes.go), "" for none
 	Latency     time.Duration // -chaos latency: delay of each direction of every instance's Redis link
 	Lease       time.Duration // --lock-lease of the instances in chaos mode
 	Timeout     time.Duration // client timeout of one HTTP request
@@ -75,7 +66,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin token of the -target servers (needed to reset their catalogue)")
 	fs.StringVar(&c.Bin, "bin", "", "self-contained mode: storefront binary to run instead of building it")
 	fs.StringVar(&c.DB, "db", DBSQLite, `self-contained mode: the instances' shared database: "sqlite" (a file), "postgres" (a private PostgreSQL server it starts), or a postgres:// URL of an existing one`)
-	fs.StringVar(&strategies, "strategies", strings.Join(defaultStrategies, ","), "comma-separated strategies to compare")
+	fs.StringVar(&strategies, "strategies", "", "comma-separated strategies to compare (default: every strategy the servers offer outside demo mode; with -chaos "+lockOnlyChaos()+": those of them that take a lock)")
 	fs.IntVar(&c.Items, "items", 5, "items in the catalogue")
 	fs.IntVar(&c.Stock, "stock", 100, "initial stock of every item")
 	fs.IntVar(&c.Requests, "requests", 2000, "purchases per strategy")
@@ -86,10 +77,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&c.Hot, "hot", 0.8, "share of purchases on the first (hot) item, 0..1")
 	fs.Float64Var(&c.Retry, "retry", 0.05, "share of purchases sent twice with the same Idempotency-Key (half of them both at once), 0..1")
 	fs.DurationVar(&c.Work, "work", 20*time.Millisecond, "simulated slow work per purchase (X-Simulated-Work, at most 1s)")
-	fs.StringVar(&c.Chaos, "chaos", "", `during each strategy's run: "pause" SIGSTOPs the instance holding the hot item's lock for 3x the lease;`+"\n"+
-		`"failover" runs Redis under Sentinel and fails it over so that the promoted replica misses the hot lock;`+"\n"+
-		`"partition" black-holes the lock holder's link to Redis for 3x the lease;`+"\n"+
-		`"latency" runs each strategy twice, the second time with -latency on every link to Redis`)
+	fs.StringVar(&c.Chaos, "chaos", "", chaosHelp())
 	fs.DurationVar(&c.Latency, "latency", 20*time.Millisecond, "-chaos latency: added delay of each direction of every link to Redis")
 	fs.DurationVar(&c.Lease, "lease", time.Second, "chaos mode: --lock-lease of the instances")
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "client timeout of one HTTP request")
@@ -97,7 +85,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.JSONFile, "json", "", "write the full report as JSON to this file")
 	fs.StringVar(&c.HTMLFile, "html", "", "write an HTML report with charts (works offline) to this file")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress output")
-	fs.StringVar(&c.Scenario, "scenario", "", `"pitfalls": every broken lock and lockless alternative of the articles next to its fix, scripted`)
+	fs.StringVar(&c.Scenario, "scenario", "", `"pitfalls": every broken lock (SETNX then EXPIRE, release by plain DEL, a fixed lease) and lockless alternative (optimistic version check, stock kept in Redis) next to its fix, scripted`)
 	fs.BoolVar(&c.Perf, "perf", false, "same-run performance: one storefront and redis-server; /healthz, guard, lock+guard and lock+guard --max-batch 1 alternated on 1, then 10 items, no work (uses -duration per phase, -concurrency, -rounds, -bin, -db, -json)")
 	fs.IntVar(&c.Rounds, "rounds", 3, "-perf: measured rounds of every target (after a warm-up round)")
 	if err := fs.Parse(args); err != nil {
@@ -117,37 +105,8 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	if set["duration"] && !set["requests"] {
 		c.Requests = 0
 	}
-	if c.Chaos == "partition" {
-		// The cut must catch the holder in the middle of its work and leave it there past the
-		// lease: a short lease and a work twice as long (the watchdog renews the lease meanwhile).
-		if !set["lease"] {
-			c.Lease = 400 * time.Millisecond
-		}
-		if !set["work"] {
-			c.Work = min(2*c.Lease, time.Second)
-		}
-	}
-	if (c.Chaos == "pause" || c.Chaos == "partition") && !set["duration"] && !set["requests"] {
-		// Long enough for the other instances to sell during the fault and after it.
-		c.Requests, c.Duration = 0, 3*c.Lease+4*time.Second
-	}
-	if c.Chaos == "failover" && !set["duration"] && !set["requests"] {
-		// Finding a holder, the failover (~1.3s) and the next holder take a few seconds; the
-		// run goes on after them to show selling resumed.
-		c.Requests, c.Duration = 0, 10*time.Second
-	}
-	if (c.Chaos == "failover" || c.Chaos == "partition" || c.Chaos == "latency") && !set["strategies"] {
-		strategies = "lock,lock+guard" // the strategies that take the Redis lock
-	}
-	if c.Chaos == "failover" && !set["stock"] {
-		// Enough for the hot item not to sell out before the stale holder resumes: its
-		// write then lands on stock others have sold since (a lost update under lock).
-		c.Stock = 1000
-	}
-	if c.Chaos == "pause" && !set["stock"] {
-		// Small enough for the hot item to sell out during the pause, so that a stale write of
-		// the paused holder, once resumed, puts back stock that is then sold a second time.
-		c.Stock = 50
+	if m, ok := modeOf(c.Chaos); ok && m.defaults != nil {
+		m.defaults(&c, set)
 	}
 	if c.Perf {
 		if !set["duration"] {
@@ -174,6 +133,9 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 		c.Targets = splitList(targets)
 	}
 	c.Strategies = splitList(strategies)
+	if set["strategies"] && len(c.Strategies) == 0 {
+		return c, usageErr("-strategies is empty")
+	}
 	return c, c.validate()
 }
 
@@ -192,8 +154,6 @@ func (c *Config) validate() error {
 	switch {
 	case len(c.Targets) == 0 && (c.Instances < 1 || c.Instances > 64):
 		return usageErr("-instances must be 1..64, got %d", c.Instances)
-	case len(c.Strategies) == 0:
-		return usageErr("-strategies is empty")
 	case c.Items < 1 || c.Items > 10000:
 		return usageErr("-items must be 1..10000, got %d", c.Items)
 	case c.Stock < 0 || c.Stock > 1_000_000_000:
@@ -216,17 +176,17 @@ func (c *Config) validate() error {
 		return usageErr("-retry must be 0..1, got %g", c.Retry)
 	case c.Work < 0 || c.Work > time.Second:
 		return usageErr("-work must be 0..1s, got %s", c.Work)
-	case !slices.Contains([]string{"", "none", "pause", "failover", "partition", "latency"}, c.Chaos):
-		return usageErr(`-chaos must be pause, failover, partition, latency or none, got %q`, c.Chaos)
+	case !knownChaos(c.Chaos):
+		return usageErr(`-chaos must be one of %s or none, got %q`, chaosNames(), c.Chaos)
 	case len(c.Targets) > 0 && c.DB != DBSQLite && c.DB != "":
 		return usageErr("-db applies to the self-contained mode; -target servers use their own database")
 	case c.DB != "" && c.DB != DBSQLite && c.DB != DBPostgres && !isPostgresURL(c.DB):
 		return usageErr(`-db must be "sqlite", "postgres" or a postgres:// URL, got %q`, c.DB)
-	case c.Chaos != "" && c.Chaos != "none" && len(c.Targets) > 0:
+	case c.mode().name != chaosNone && len(c.Targets) > 0:
 		return usageErr("-chaos %s needs the self-contained mode (it starts the processes and the Redis it breaks)", c.Chaos)
-	case c.Chaos == "latency" && (c.Latency <= 0 || c.Latency > time.Second):
+	case c.mode().second != nil && (c.Latency <= 0 || c.Latency > time.Second):
 		return usageErr("-latency must be 1ms..1s, got %s", c.Latency)
-	case c.Chaos != "" && (c.Lease < 100*time.Millisecond || c.Lease > time.Minute):
+	case c.mode().name != chaosNone && (c.Lease < 100*time.Millisecond || c.Lease > time.Minute):
 		return usageErr("-lease must be 100ms..1m, got %s", c.Lease)
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 10*time.Minute:
 		return usageErr("-timeout must be 100ms..10m, got %s", c.Timeout)
@@ -238,19 +198,12 @@ func (c *Config) validate() error {
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
-	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.Chaos != ""):
+	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):
 		return usageErr("-scenario pitfalls starts its own processes and Redis (no -target, no -chaos)")
 	}
-	if c.Chaos == "none" {
-		c.Chaos = ""
-	}
+	c.Chaos = c.mode().name // "none" is ""
 	if c.DB == "" {
 		c.DB = DBSQLite
-	}
-	for _, s := range c.Strategies {
-		if !slices.Contains(knownStrategies, s) {
-			return usageErr("unknown strategy %q (known: %s)", s, strings.Join(knownStrategies, ", "))
-		}
 	}
 	for i, t := range c.Targets {
 		norm, err := checkTarget(t)
@@ -259,10 +212,16 @@ func (c *Config) validate() error {
 		}
 		c.Targets[i] = norm
 	}
-	if (c.Chaos == "pause" || c.Chaos == "failover") && c.Timeout < 3*c.Lease+5*time.Second {
+	if c.mode().stopsHolder && c.Timeout < 3*c.Lease+5*time.Second {
 		c.Timeout = 3*c.Lease + 5*time.Second // requests to the paused instance must outlive the pause
 	}
 	return nil
+}
+
+// knownChaos reports whether name is a -chaos mode (or none).
+func knownChaos(name string) bool {
+	_, ok := modeOf(name)
+	return ok
 }
 
 // The -db choices besides a URL.

@@ -32,6 +32,15 @@ type fakeItem struct {
 	SKU                string
 }
 
+// fakeStrategies is the fake's answer to GET /api/strategies.
+var fakeStrategies = []map[string]any{
+	{"name": "naive", "safe": false, "takes_lock": false, "demo_only": false},
+	{"name": "local", "safe": false, "takes_lock": false, "demo_only": false},
+	{"name": "lock", "safe": false, "takes_lock": true, "demo_only": false},
+	{"name": "guard", "safe": true, "takes_lock": false, "demo_only": false},
+	{"name": "lock+guard", "safe": true, "takes_lock": true, "demo_only": false, "default": true},
+}
+
 func newFake(tb testing.TB, demo bool) (*fakeStore, *httptest.Server) {
 	tb.Helper()
 	f := &fakeStore{token: "t0k", demo: demo, byKey: map[string]receipt{}}
@@ -61,6 +70,8 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, 200, map[string]any{"pid": 1, "locks": []any{}})
+	case p == "/api/strategies":
+		writeJSON(w, 200, fakeStrategies)
 	case p == "/api/admin/reset":
 		if r.Header.Get("Authorization") != "Bearer "+f.token {
 			writeErr(w, 401, "unauthorized")

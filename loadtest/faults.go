@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockguard/stockguard/internal/storeapi"
 )
 
 // The two Redis faults of -chaos failover and -chaos partition. Both find the instance that
@@ -41,8 +43,9 @@ func (ev *ChaosEvent) mark(start time.Time, format string, a ...any) float64 {
 //     purchase sent after the fault is sold (fire), so that buyers keep coming.
 //
 // Between strategies the dead master is brought back as a replica of the new one (Rejoin).
-func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.Time, hotID int64) *ChaosEvent {
-	ev := &ChaosEvent{Mode: "failover"}
+func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.Time, r chaosRun) *ChaosEvent {
+	ev := &ChaosEvent{Mode: chaosFailover}
+	hotID := r.hotID
 	set := c.cluster.Sentinel
 	if err := set.Rejoin(ctx); err != nil {
 		ev.Note = "the Sentinel set could not be restored after the last failover: " + err.Error()
@@ -57,13 +60,11 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 	// The hot lock's fencing counter, named by a holder.
 	var fenceKey string
 	if !c.until(ctx, stop, func() bool {
-		for i, a := range c.apis {
-			if l, ok := c.holds(ctx, a, c.cluster.Instances[i], hotID); ok {
-				fenceKey = l.FenceKey
-				return true
-			}
+		hs := c.holders(ctx, hotID)
+		if len(hs) > 0 {
+			fenceKey = hs[0].Lock.FenceKey
 		}
-		return false
+		return len(hs) > 0
 	}) {
 		ev.Note = "no instance was seen holding the hot lock"
 		return ev
@@ -92,20 +93,19 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 
 	// A holder with a token the replica never saw, stopped while the master still has its lock.
 	var holder *Instance
-	var lock heldLock
+	var lock storeapi.HeldLock
 	c.until(ctx, stop, func() bool {
-		for i, a := range c.apis {
-			in := c.cluster.Instances[i]
-			l, ok := c.holds(ctx, a, in, hotID)
-			if !ok || l.Token <= cut {
-				continue
+		return c.eachHolder(ctx, hotID, func(h storeapi.Holder) bool {
+			in, l := c.cluster.Instances[h.Index], h.Lock
+			if l.Token <= cut {
+				return false
 			}
 			ev.Attempts++
 			if in.Pause() != nil {
-				continue
+				return false
 			}
 			// Stopped, it cannot write from now on; the lock is checked last, right before the kill.
-			if c.unwritten(ctx, i, l.Token) && c.confirmOn(ctx, mc, l) {
+			if c.unwritten(ctx, h.Index, l.Token) && c.stillHeld(ctx, mc, l) {
 				holder, lock = in, l
 				return true
 			}
@@ -113,8 +113,8 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 			// (stopped between its write and its release: nothing stale left to write, and
 			// the item's fence, the next lock's floor, already holds its token).
 			_ = in.Resume()
-		}
-		return false
+			return false
+		})
 	})
 	if holder == nil {
 		ev.Note = fmt.Sprintf("no holder of item %d's lock with a token above %d was caught (%d tries)", hotID, cut, ev.Attempts)
@@ -153,15 +153,13 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 	}
 	ev.mark(start, "the Sentinels name the replica %s master", replica.Addr)
 	if c.until(ctx, stop, func() bool {
-		for i, a := range c.apis {
-			if i == holder.Index {
+		for _, h := range c.holders(ctx, hotID) {
+			if h.Index == holder.Index {
 				continue
 			}
-			if l, ok := c.holds(ctx, a, c.cluster.Instances[i], hotID); ok {
-				ev.NewToken = l.Token
-				ev.mark(start, "instance %d holds %s token %d on the new master", i, l.Name, l.Token)
-				return true
-			}
+			ev.NewToken = h.Lock.Token
+			ev.mark(start, "instance %d holds %s token %d on the new master", h.Index, h.Lock.Name, h.Lock.Token)
+			return true
 		}
 		return false
 	}) {
@@ -178,28 +176,24 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 // declare the loss (its lock leaves its /api/debug/locks) before the lease could let another
 // instance in (another instance shows the lock), and the holder's token must write nothing
 // after the loss.
-func (c *chaos) partition(ctx context.Context, stop <-chan struct{}, start time.Time, hotID int64) *ChaosEvent {
-	ev := &ChaosEvent{Mode: "partition"}
+func (c *chaos) partition(ctx context.Context, stop <-chan struct{}, start time.Time, r chaosRun) *ChaosEvent {
+	ev := &ChaosEvent{Mode: chaosPartition}
+	hotID := r.hotID
 	var holder *Instance
-	var lock heldLock
+	var lock storeapi.HeldLock
 	c.until(ctx, stop, func() bool {
-		for i, a := range c.apis {
-			in := c.cluster.Instances[i]
-			l, ok := c.holds(ctx, a, in, hotID)
-			if !ok {
-				continue
-			}
+		return c.eachHolder(ctx, hotID, func(h storeapi.Holder) bool {
 			ev.Attempts++
-			if c.cluster.Links[i].Blackhole() != nil {
-				continue
+			if c.cluster.Links[h.Index].Blackhole() != nil {
+				return false
 			}
-			if c.confirmOn(ctx, c.rdb, l) {
-				holder, lock = in, l
+			if c.stillHeld(ctx, c.rdb, h.Lock) {
+				holder, lock = c.cluster.Instances[h.Index], h.Lock
 				return true
 			}
-			_ = c.cluster.Links[i].Heal() // released between the look-up and the cut
-		}
-		return false
+			_ = c.cluster.Links[h.Index].Heal() // released between the look-up and the cut
+			return false
+		})
 	})
 	if holder == nil {
 		ev.Note = fmt.Sprintf("no holder of item %d's lock was caught (%d tries)", hotID, ev.Attempts)
@@ -213,18 +207,16 @@ func (c *chaos) partition(ctx context.Context, stop <-chan struct{}, start time.
 	healAt := time.Now().Add(3 * c.lease)
 	for time.Now().Before(healAt) {
 		if ev.LossAt == 0 {
-			if _, still := c.holdsToken(ctx, c.apis[holder.Index], holder, hotID, lock.Token); !still {
+			if _, still := c.holdsToken(ctx, holder, hotID, lock.Token); !still {
 				ev.LossAt = ev.mark(start, "instance %d dropped token %d (its watchdog declared the loss)", holder.Index, lock.Token)
 			}
 		}
 		if ev.NextAt == 0 {
-			for i, a := range c.apis {
-				if i == holder.Index {
-					continue
-				}
-				if l, ok := c.holds(ctx, a, c.cluster.Instances[i], hotID); ok && l.Token > lock.Token {
-					ev.NewToken = l.Token
-					ev.NextAt = ev.mark(start, "instance %d holds %s token %d", i, l.Name, l.Token)
+			for _, h := range c.holders(ctx, hotID) {
+				if h.Index != holder.Index && h.Lock.Token > lock.Token {
+					ev.NewToken = h.Lock.Token
+					ev.NextAt = ev.mark(start, "instance %d holds %s token %d", h.Index, h.Lock.Name, h.Lock.Token)
+					break
 				}
 			}
 		}
@@ -259,34 +251,17 @@ func (c *chaos) until(ctx context.Context, stop <-chan struct{}, ok func() bool)
 	return false
 }
 
-// holdsToken reports whether instance in still lists the hot lock with token (answered is
-// false when it did not answer: then it is taken as still holding).
-func (c *chaos) holdsToken(ctx context.Context, a *api, in *Instance, itemID, token int64) (answered, still bool) {
+// holdsToken reports whether instance in still lists the lock of item itemID with token
+// (answered is false when it did not answer: then it is taken as still holding).
+func (c *chaos) holdsToken(ctx context.Context, in *Instance, itemID, token int64) (answered, still bool) {
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	dl, found, err := a.locks(cctx)
-	if err != nil || !found || dl.PID != in.PID() {
+	dl, err := storeapi.GetLocks(cctx, c.apis[0].hc, in.URL)
+	if err != nil || dl.PID != in.PID() {
 		return false, true
 	}
-	for _, l := range dl.Locks {
-		if l.ItemID == itemID && l.Token == token {
-			return true, true
-		}
-	}
-	return true, false
-}
-
-// confirmOn checks on rdb that the lock's key exists and its fencing counter is still the
-// lock's token: no one took the lock after the holder.
-func (c *chaos) confirmOn(ctx context.Context, rdb *redis.Client, l heldLock) bool {
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	got, err := rdb.Get(cctx, l.FenceKey).Int64()
-	if err != nil || got != l.Token {
-		return false
-	}
-	n, err := rdb.Exists(cctx, l.RedisKey).Result()
-	return err == nil && n == 1
+	l, ok := dl.Item(itemID)
+	return true, ok && l.Token == token
 }
 
 // unwritten reports whether no order carries token yet, asking an instance other than the
@@ -313,6 +288,7 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 	if ev == nil || ev.FaultAt == 0 {
 		return
 	}
+	mode, _ := modeOf(ev.Mode)
 	fault := start.Add(time.Duration(ev.FaultAt * float64(time.Second)))
 	ev.ResumedAfter = -1
 	first := time.Time{}
@@ -354,7 +330,7 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 			}
 		}
 	}
-	if ev.Mode == "failover" && ev.NewToken > 0 {
+	if mode.tokensReissued && ev.NewToken > 0 {
 		// The next holder is the first to lock the hot item on the promoted replica: the
 		// lowest token another instance wrote the hot item with after the fault, when lower
 		// than the one /api/debug/locks showed (a holder quicker than its polling is missed).
@@ -382,13 +358,13 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 			ev.HolderWrote = fmt.Sprintf("order %d, %.3fs after the fault", o.OrderID, at)
 		}
 	}
-	if twin && ev.Mode == "failover" {
+	if twin && mode.tokensReissued {
 		ev.HolderWrote += fmt.Sprintf(" (another instance wrote an order with the same token %d: a twin issued by the promoted replica)", ev.Token)
 	}
 }
 
-// faultString describes a failover or partition event.
-func (e *ChaosEvent) faultString() string {
+// faultString describes the event of a fault other than a pause (of mode m).
+func (e *ChaosEvent) faultString(m chaosMode) string {
 	var b strings.Builder
 	if e.Token == 0 {
 		b.WriteString("no fault: " + e.Note)
@@ -397,7 +373,7 @@ func (e *ChaosEvent) faultString() string {
 		if e.NewToken > 0 {
 			fmt.Fprintf(&b, ", next holder's token %d", e.NewToken)
 		}
-		if e.Mode == "partition" {
+		if m.watchesLoss {
 			switch {
 			case e.LossAt > 0 && (e.NextAt == 0 || e.LossAt <= e.NextAt):
 				fmt.Fprintf(&b, "; loss declared %.3fs after the cut, next holder %s", e.LossAt-e.FaultAt, after(e.NextAt, e.FaultAt))

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/verdict"
 )
 
 // -chaos failover against a real Sentinel set: the promoted replica misses the hot lock and
@@ -40,7 +42,7 @@ func TestChaosFailover(t *testing.T) {
 	require.NoError(t, err)
 	lg := byStrategy(t, rep)["lock+guard"]
 	checkFault(lg)
-	assert.Equal(t, VerdictSafe, lg.Verdict, lg.Violations)
+	assert.Equal(t, verdict.Safe, lg.Verdict, lg.Violations)
 	assert.Equal(t, 0, rep.ExitCode)
 
 	cfg.Strategies = []string{"lock"}
@@ -52,11 +54,11 @@ func TestChaosFailover(t *testing.T) {
 		lock = byStrategy(t, rep)["lock"]
 		checkFault(lock)
 		assert.False(t, lock.Failed, "lock is not called safe under a failover")
-		if lock.Verdict != VerdictSafe {
+		if lock.Verdict != verdict.Safe {
 			break
 		}
 	}
-	assert.Contains(t, []string{VerdictLostUpdate, VerdictOversold}, lock.Verdict, "the stale holder's write broke lock")
+	assert.Contains(t, []string{verdict.LostUpdate, verdict.Oversold}, lock.Verdict, "the stale holder's write broke lock")
 }
 
 // -chaos partition: the holder's link to Redis is black-holed mid-work (work 2x the lease).
@@ -78,7 +80,7 @@ func TestChaosPartition(t *testing.T) {
 		ev := s.Chaos
 		require.NotNil(t, ev, s.Strategy)
 		t.Logf("%s %s: %s", s.Strategy, s.Verdict, ev)
-		assert.Equal(t, VerdictSafe, s.Verdict, "%s: %v", s.Strategy, s.Violations)
+		assert.Equal(t, verdict.Safe, s.Verdict, "%s: %v", s.Strategy, s.Violations)
 		require.True(t, ev.Confirmed && ev.Token > 0, "%s: a holder was cut: %s", s.Strategy, ev)
 		require.Positive(t, ev.LossAt, "%s: the cut holder declared the loss", s.Strategy)
 		assert.Less(t, ev.LossAt-ev.FaultAt, cfg.Lease.Seconds(), "%s: within the lease of the cut", s.Strategy)
@@ -105,8 +107,8 @@ func TestChaosLatency(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Strategies, 2)
 	base, slow := rep.Strategies[0], rep.Strategies[1]
-	assert.Equal(t, VerdictSafe, base.Verdict, base.Violations)
-	assert.Equal(t, VerdictSafe, slow.Verdict, slow.Violations)
+	assert.Equal(t, verdict.Safe, base.Verdict, base.Violations)
+	assert.Equal(t, verdict.Safe, slow.Verdict, slow.Violations)
 	assert.Equal(t, " +20ms", slow.Fault)
 	assert.Equal(t, base.ReqPerSec, slow.Baseline)
 	t.Logf("lock+guard: %.0f req/s, with 20ms each way %.0f req/s", base.ReqPerSec, slow.ReqPerSec)

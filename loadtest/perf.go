@@ -76,7 +76,7 @@ type PerfRatio struct {
 	Items  int     `json:"items"`
 	Name   string  `json:"name"`
 	Value  float64 `json:"value"`
-	Target float64 `json:"target,omitempty"` // the issue's target, when it has one
+	Target float64 `json:"target,omitempty"` // the goal it is held to, when it has one
 }
 
 // PerfPhaseLog is one measured phase.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,10 +14,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockguard/stockguard/internal/storeapi"
+	"github.com/stockguard/stockguard/internal/verdict"
 )
 
-// The pitfalls scenario (-scenario pitfalls) runs every broken lock and lockless alternative
-// of the articles next to its fix, each under a script that makes the failure happen on every
+// The pitfalls scenario (-scenario pitfalls) runs every broken lock (SETNX then EXPIRE, release
+// by a plain DEL, a fixed lease without a watchdog) and lockless alternative (an optimistic
+// version check, the stock kept in Redis) next to its fix, each under a script that makes the failure happen on every
 // run: the lease, the work, the order of the buyers and the faults are fixed, and every step
 // waits for the condition it needs (a lock held, a lease run out) with margins of hundreds of
 // milliseconds. The instances run with a short lease and lock wait:
@@ -31,39 +34,62 @@ const (
 type pitfallRow struct {
 	Case     string         `json:"case"`     // the failure being shown
 	Strategy string         `json:"strategy"` // X-Strategy
-	Role     string         `json:"role"`     // "pitfall" or "fix"
-	Verdict  string         `json:"verdict"`  // OVERSOLD, BLOCKED or SAFE
+	Role     string         `json:"role"`     // rolePitfall or roleFix
+	Expected string         `json:"expected"` // the verdict the row must show
+	Verdict  string         `json:"verdict"`  // OVERSOLD, BLOCKED or SAFE (internal/verdict)
 	Sold     int            `json:"sold_units"`
 	Initial  int            `json:"initial_stock"`
 	Answers  map[string]int `json:"answers"` // by status code or error code
 	Detail   string         `json:"detail"`  // what the script observed
 	Lesson   string         `json:"lesson"`
 	OK       bool           `json:"ok"` // the pitfall showed its failure, or the fix held
+
+	blocked bool // the script saw a lock nobody could take (finish: verdict.Blocked)
 }
 
-// expected is the verdict a row must show: a pitfall its failure, a fix SAFE.
-func (r *pitfallRow) expected() string {
-	if r.Role == "fix" {
-		return VerdictSafe
+// The roles of a row.
+const (
+	rolePitfall = "pitfall"
+	roleFix     = "fix"
+)
+
+// pitfallScript is the scenario's table, in order: each case, the strategy of each of its
+// rows, whether the row shows the pitfall or its fix, the verdict it must show, and its
+// lesson. Each case's step runs its rows (scripted) and fills in what it saw.
+var pitfallScript = []pitfallRow{
+	{Case: "setnx-expire", Strategy: "setnx-expire", Role: rolePitfall, Expected: verdict.Blocked,
+		Lesson: "acquire and lease in one command (SET NX PX): a holder that dies between SETNX and EXPIRE leaves a lock nobody can take"},
+	{Case: "setnx-expire", Strategy: "lock", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "a lease set with the lock expires by itself: a dead holder costs one lease, not the item"},
+	{Case: "del-release", Strategy: "del-release", Role: rolePitfall, Expected: verdict.Oversold,
+		Lesson: "release only your own lock: a plain DEL after the lease ran out deletes the next holder's lock, and a third buyer joins the second"},
+	{Case: "del-release", Strategy: "fixed-lease", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "an owner-checked compare-and-delete (GET == token, then DEL, in one script) leaves the next holder's lock alone"},
+	{Case: "fixed-lease", Strategy: "fixed-lease", Role: rolePitfall, Expected: verdict.Oversold,
+		Lesson: "a fixed lease shorter than the work lets a second holder in beside the first: renew it, and notice when it is lost"},
+	{Case: "fixed-lease", Strategy: "lock", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "the watchdog renews the lease while the holder works (and tells it when the lock is lost)"},
+	{Case: "fixed-lease", Strategy: "lock+guard", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "the fence and the guard make a stale holder's write fail, whatever happened to the lock"},
+	{Case: "optimistic", Strategy: "optimistic", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "no lock: the version check makes a stale write change nothing; under contention every lost race costs its work again"},
+	{Case: "redis-stock", Strategy: "redis-stock", Role: rolePitfall, Expected: verdict.Oversold,
+		Lesson: "Redis is not the system of record: a restart from an older snapshot (or a failover) brings sold units back, and they sell again"},
+	{Case: "redis-stock", Strategy: "watch", Role: rolePitfall, Expected: verdict.Oversold,
+		Lesson: "WATCH/MULTI/EXEC is exact on the mirror, and loses with it: the check is only as durable as Redis"},
+	{Case: "redis-stock", Strategy: "redis-stock+guard", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "let the database's conditional update have the last word; give refused units back to the mirror"},
+}
+
+// scripted returns the rows of case c of the script, in order.
+func scripted(c string) []pitfallRow {
+	var out []pitfallRow
+	for _, row := range pitfallScript {
+		if row.Case == c {
+			out = append(out, row)
+		}
 	}
-	if r.Case == "setnx-expire" {
-		return "BLOCKED"
-	}
-	return VerdictOversold
-}
-
-// strategyInfo is one row of GET /api/strategies.
-type strategyInfo struct {
-	Name           string `json:"name"`
-	Safe           bool   `json:"safe"`
-	DemoOnly       bool   `json:"demo_only"`
-	RedisKeyPrefix string `json:"redis_key_prefix"`
-}
-
-func (a *api) strategies(ctx context.Context) ([]strategyInfo, error) {
-	var out []strategyInfo
-	_, err := a.do(ctx, http.MethodGet, "/api/strategies", nil, nil, &out)
-	return out, err
+	return out
 }
 
 // pitfallRun is the state of one scenario run.
@@ -72,7 +98,7 @@ type pitfallRun struct {
 	cl    *Cluster
 	apis  []*api
 	rdb   *redis.Client
-	info  map[string]strategyInfo
+	info  map[string]storeapi.Strategy
 	seq   int
 	logw  io.Writer
 	rows  []pitfallRow
@@ -95,7 +121,7 @@ func RunPitfalls(ctx context.Context, cfg Config, logw io.Writer) ([]pitfallRow,
 	defer cl.Close()
 	hc := newHTTPClient(64, cfg.Timeout)
 	defer hc.CloseIdleConnections()
-	r := &pitfallRun{cfg: cfg, cl: cl, rdb: cl.Redis.Client(), logw: logw, info: map[string]strategyInfo{},
+	r := &pitfallRun{cfg: cfg, cl: cl, rdb: cl.Redis.Client(), logw: logw, info: map[string]storeapi.Strategy{},
 		runID: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	defer r.rdb.Close()
 	for _, u := range cl.URLs() {
@@ -103,15 +129,14 @@ func RunPitfalls(ctx context.Context, cfg Config, logw io.Writer) ([]pitfallRow,
 	}
 	infos, err := r.apis[0].strategies(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("GET /api/strategies: %w", err)
+		return nil, err
 	}
 	for _, in := range infos {
 		r.info[in.Name] = in
 	}
-	for _, name := range []string{"setnx-expire", "del-release", "fixed-lease", "optimistic", "redis-stock",
-		"redis-stock+guard", "watch", "lock", "lock+guard"} {
-		if _, ok := r.info[name]; !ok {
-			return nil, fmt.Errorf("the storefront does not offer strategy %q (GET /api/strategies)", name)
+	for _, row := range pitfallScript {
+		if _, ok := r.info[row.Strategy]; !ok {
+			return nil, fmt.Errorf("the storefront does not offer strategy %q (GET /api/strategies)", row.Strategy)
 		}
 	}
 	for _, step := range []func(context.Context) error{r.setnxExpire, r.delRelease, r.fixedLease, r.optimistic, r.redisStock} {
@@ -186,21 +211,14 @@ func (r *pitfallRun) finish(ctx context.Context, row pitfallRow, id int64, resul
 		}
 	}
 	row.Sold, row.Initial = st.SoldUnits, st.InitialStock
-	row.Answers = map[string]int{}
-	for _, res := range results {
-		code := res.Code
-		if code == "" {
-			code = strconv.Itoa(res.Status)
-		}
-		row.Answers[code]++
-	}
+	row.Answers = answerCounts(results)
 	if row.Verdict == "" {
-		row.Verdict = VerdictSafe
-		if st.SoldUnits > st.InitialStock || st.Stock < 0 {
-			row.Verdict = VerdictOversold
-		}
+		it := itemOf(st)
+		c := verdict.Between(verdict.Fresh(it), it) // every row starts on a freshly reset item
+		c.Blocked = row.blocked
+		row.Verdict = c.Verdict()
 	}
-	row.OK = row.Verdict == row.expected()
+	row.OK = row.Verdict == row.Expected
 	r.logf("pitfalls: %-18s %-7s %-8s sold %d of %d  %s", row.Strategy, row.Role, row.Verdict, row.Sold, row.Initial, row.Detail)
 	r.rows = append(r.rows, row)
 	return nil
@@ -211,37 +229,31 @@ func (r *pitfallRun) finish(ctx context.Context, row pitfallRow, id int64, resul
 // process is killed (SIGKILL) while it holds the item's lock; its lease runs out and the
 // other processes sell.
 func (r *pitfallRun) setnxExpire(ctx context.Context) error {
-	const lesson = "acquire and lease in one command (SET NX PX): a holder that dies between SETNX and EXPIRE leaves a lock nobody can take"
+	rows := scripted("setnx-expire")
 	id, err := r.reset(ctx, 5)
 	if err != nil {
 		return err
 	}
-	crash := r.send(ctx, r.apis[0], id, "setnx-expire", 0, "crash")
+	crash := r.send(ctx, r.apis[0], id, rows[0].Strategy, 0, "crash")
 	var detail []string
 	if crash.Status != http.StatusServiceUnavailable {
 		detail = append(detail, fmt.Sprintf("the crashed purchase answered %d %s, 503 expected", crash.Status, crash.Code))
 	}
-	keys, err := r.noTTLKeys(ctx, r.info["setnx-expire"].RedisKeyPrefix, id)
+	prefix := r.info[rows[0].Strategy].RedisKeyPrefix
+	keys, err := r.noTTLKeys(ctx, rows[0].Strategy, prefix)
 	if err != nil {
 		return err
 	}
-	results := r.burst(ctx, id, "setnx-expire", 6, 0)
-	timeouts := 0
-	for _, res := range results {
-		if res.Code == "lock_timeout" {
-			timeouts++
-		}
-	}
-	row := pitfallRow{Case: "setnx-expire", Strategy: "setnx-expire", Role: "pitfall", Lesson: lesson}
-	if len(keys) == 1 && timeouts == len(results) && len(detail) == 0 {
-		row.Verdict = "BLOCKED"
-	}
+	results := r.burst(ctx, id, rows[0].Strategy, 6, 0)
+	timeouts := countCode(results, "lock_timeout")
+	row := rows[0]
+	row.blocked = len(keys) == 1 && len(detail) == 0 && verdict.AllRefused(answerCounts(results), "lock_timeout", len(results))
 	detail = append(detail, fmt.Sprintf("crash after SETNX: key with no TTL %v; %d of %d buyers lock_timeout after %s", keys, timeouts, len(results), pitfallWait))
 	if len(keys) > 0 {
 		if err := r.rdb.Del(ctx, keys...).Err(); err != nil { // the scenario cleans up by hand
 			return fmt.Errorf("delete the no-TTL key: %w", err)
 		}
-		left, err := r.noTTLKeys(ctx, r.info["setnx-expire"].RedisKeyPrefix, id)
+		left, err := r.noTTLKeys(ctx, rows[0].Strategy, prefix)
 		if err != nil {
 			return err
 		}
@@ -264,58 +276,79 @@ func (r *pitfallRun) setnxExpire(ctx context.Context) error {
 		return fmt.Errorf("start the instance to crash: %w", err)
 	}
 	va := &api{base: victim.URL, token: r.cl.AdminToken, hc: r.apis[0].hc}
-	wait := r.async(ctx, va, id, "lock", time.Second)
-	l, held := r.awaitHolder(ctx, va, victim, id)
+	row = rows[1]
+	wait := r.async(ctx, va, id, row.Strategy, time.Second)
+	l, held := r.awaitHolder(ctx, victim, id)
 	victim.Kill()
 	_ = wait() // its connection is cut by the crash
-	row = pitfallRow{Case: "setnx-expire", Strategy: "lock", Role: "fix", Lesson: "a lease set with the lock expires by itself: a dead holder costs one lease, not the item"}
 	if !held {
 		row.Verdict = "NO HOLDER"
 		row.Detail = "the instance to crash was never seen holding the lock"
 		return r.finish(ctx, row, id, nil)
 	}
-	results = r.burst(ctx, id, "lock", 6, 0)
+	results = r.burst(ctx, id, row.Strategy, 6, 0)
 	row.Detail = fmt.Sprintf("holder pid %d killed (SIGKILL) holding token %d; its lease ran out; the others sold", victim.PID(), l.Token)
-	if n := countCode(results, "lock_timeout"); n > 0 {
-		row.Verdict = "BLOCKED"
-	}
+	// A buyer refused after its whole lock wait: the dead holder's lock kept the item.
+	row.blocked = countCode(results, "lock_timeout") > 0
 	return r.finish(ctx, row, id, results)
 }
 
-// awaitHolder polls an instance's /api/debug/locks until it holds item id's lock (bounded).
-func (r *pitfallRun) awaitHolder(ctx context.Context, a *api, in *Instance, id int64) (heldLock, bool) {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		dl, found, err := a.locks(ctx)
-		if err == nil && found && dl.PID == in.PID() {
-			for _, l := range dl.Locks {
-				if l.ItemID == id {
-					return l, true
-				}
-			}
+// awaitHolder waits (bounded) until instance in holds item id's lock (its own process: the
+// answer names its pid), and returns the lock.
+func (r *pitfallRun) awaitHolder(ctx context.Context, in *Instance, id int64) (storeapi.HeldLock, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		h, ok := storeapi.AwaitHolder(ctx, r.apis[0].hc, []string{in.URL}, id, 10*time.Millisecond)
+		switch {
+		case !ok:
+			return storeapi.HeldLock{}, false
+		case h.PID == in.PID():
+			return h.Lock, true
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	return heldLock{}, false
 }
 
-// noTTLKeys returns the keys under prefix that name item id's lock and have no TTL.
-func (r *pitfallRun) noTTLKeys(ctx context.Context, prefix string, id int64) ([]string, error) {
-	if prefix == "" {
-		return nil, errors.New("GET /api/strategies gives no redis_key_prefix for setnx-expire")
+// noTTLKeys returns the keys of strategy's own lock (under prefix, from GET /api/strategies)
+// that have no TTL.
+func (r *pitfallRun) noTTLKeys(ctx context.Context, strategy, prefix string) ([]string, error) {
+	keys, err := r.keysUnder(ctx, strategy, prefix)
+	if err != nil {
+		return nil, err
 	}
-	var keys []string
-	iter := r.rdb.Scan(ctx, 0, prefix+"*item:"+strconv.FormatInt(id, 10)+"}", 100).Iterator()
-	for iter.Next(ctx) {
-		ttl, err := r.rdb.Do(ctx, "TTL", iter.Val()).Int()
+	var out []string
+	for _, k := range keys {
+		ttl, err := r.rdb.Do(ctx, "TTL", k).Int()
 		if err != nil {
 			return nil, err
 		}
 		if ttl == -1 {
-			keys = append(keys, iter.Val())
+			out = append(out, k)
 		}
 	}
+	return out, nil
+}
+
+// keysUnder returns the Redis keys under prefix, the prefix of strategy's own keys.
+func (r *pitfallRun) keysUnder(ctx context.Context, strategy, prefix string) ([]string, error) {
+	if prefix == "" {
+		return nil, fmt.Errorf("GET /api/strategies gives no redis_key_prefix for %s", strategy)
+	}
+	var keys []string
+	iter := r.rdb.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
 	return keys, iter.Err()
+}
+
+// answerCounts counts results by error code, or by status for an answer without one.
+func answerCounts(results []purchaseResult) map[string]int {
+	m := map[string]int{}
+	for _, res := range results {
+		m[answerOf(res)]++
+	}
+	return m
 }
 
 func countCode(results []purchaseResult, code string) int {
@@ -334,24 +367,20 @@ func countCode(results []purchaseResult, code string) int {
 // once, reads the stock B has not written yet, and both write. The fix: the same script with
 // the owner-checked release (fixed-lease: B's and C's work fits in the lease).
 func (r *pitfallRun) delRelease(ctx context.Context) error {
-	for _, tc := range []struct{ strategy, role, lesson string }{
-		{"del-release", "pitfall", "release only your own lock: a plain DEL after the lease ran out deletes the next holder's lock, and a third buyer joins the second"},
-		{"fixed-lease", "fix", "an owner-checked compare-and-delete (GET == token, then DEL, in one script) leaves the next holder's lock alone"},
-	} {
+	for _, row := range scripted("del-release") {
 		id, err := r.reset(ctx, 1)
 		if err != nil {
 			return err
 		}
 		actx, hangUp := context.WithTimeout(ctx, pitfallLease+150*time.Millisecond)
-		a := r.async(actx, r.apis[0], id, tc.strategy, time.Second)
+		a := r.async(actx, r.apis[0], id, row.Strategy, time.Second)
 		time.Sleep(100 * time.Millisecond) // A holds the lock
-		b := r.async(ctx, r.apis[1%len(r.apis)], id, tc.strategy, 300*time.Millisecond)
-		c := r.async(ctx, r.apis[2%len(r.apis)], id, tc.strategy, 300*time.Millisecond)
+		b := r.async(ctx, r.apis[1%len(r.apis)], id, row.Strategy, 300*time.Millisecond)
+		c := r.async(ctx, r.apis[2%len(r.apis)], id, row.Strategy, 300*time.Millisecond)
 		results := []purchaseResult{a(), b(), c()}
 		hangUp()
-		row := pitfallRow{Case: "del-release", Strategy: tc.strategy, Role: tc.role, Lesson: tc.lesson,
-			Detail: fmt.Sprintf("A (1s of work, %s lease) hangs up at %s after B took over: %s",
-				pitfallLease, pitfallLease+150*time.Millisecond, answerOf(results[0]))}
+		row.Detail = fmt.Sprintf("A (1s of work, %s lease) hangs up at %s after B took over: %s",
+			pitfallLease, pitfallLease+150*time.Millisecond, answerOf(results[0]))
 		if err := r.finish(ctx, row, id, results); err != nil {
 			return err
 		}
@@ -371,18 +400,13 @@ func answerOf(res purchaseResult) string {
 // previous has not written yet. The fixes: the watchdog (lock) and the fence with the guard
 // (lock+guard).
 func (r *pitfallRun) fixedLease(ctx context.Context) error {
-	for _, tc := range []struct{ strategy, role, lesson string }{
-		{"fixed-lease", "pitfall", "a fixed lease shorter than the work lets a second holder in beside the first: renew it, and notice when it is lost"},
-		{"lock", "fix", "the watchdog renews the lease while the holder works (and tells it when the lock is lost)"},
-		{"lock+guard", "fix", "the fence and the guard make a stale holder's write fail, whatever happened to the lock"},
-	} {
+	for _, row := range scripted("fixed-lease") {
 		id, err := r.reset(ctx, 2)
 		if err != nil {
 			return err
 		}
-		results := r.burst(ctx, id, tc.strategy, 4, 700*time.Millisecond)
-		row := pitfallRow{Case: "fixed-lease", Strategy: tc.strategy, Role: tc.role, Lesson: tc.lesson,
-			Detail: fmt.Sprintf("4 buyers of 2 units, 700ms of work each, %s lease", pitfallLease)}
+		results := r.burst(ctx, id, row.Strategy, 4, 700*time.Millisecond)
+		row.Detail = fmt.Sprintf("4 buyers of 2 units, 700ms of work each, %s lease", pitfallLease)
 		if err := r.finish(ctx, row, id, results); err != nil {
 			return err
 		}
@@ -397,14 +421,13 @@ func (r *pitfallRun) optimistic(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	results := r.burst(ctx, id, "optimistic", 40, 20*time.Millisecond)
+	row := scripted("optimistic")[0]
+	results := r.burst(ctx, id, row.Strategy, 40, 20*time.Millisecond)
 	retries := 0
 	for _, res := range results {
 		retries += res.Receipt.Retries
 	}
-	row := pitfallRow{Case: "optimistic", Strategy: "optimistic", Role: "fix",
-		Lesson: "no lock: the version check makes a stale write change nothing; under contention every lost race costs its work again",
-		Detail: fmt.Sprintf("40 buyers of 20 units, 20ms of work: %d version conflicts retried by the sales", retries)}
+	row.Detail = fmt.Sprintf("40 buyers of 20 units, 20ms of work: %d version conflicts retried by the sales", retries)
 	return r.finish(ctx, row, id, results)
 }
 
@@ -412,21 +435,17 @@ func (r *pitfallRun) optimistic(ctx context.Context) error {
 // restarted from that snapshot: the mirror says seven left where three are. Then ten more
 // purchases, one after the other.
 func (r *pitfallRun) redisStock(ctx context.Context) error {
-	for _, tc := range []struct{ strategy, role, lesson string }{
-		{"redis-stock", "pitfall", "Redis is not the system of record: a restart from an older snapshot (or a failover) brings sold units back, and they sell again"},
-		{"watch", "pitfall", "WATCH/MULTI/EXEC is exact on the mirror, and loses with it: the check is only as durable as Redis"},
-		{"redis-stock+guard", "fix", "let the database's conditional update have the last word; give refused units back to the mirror"},
-	} {
+	for _, row := range scripted("redis-stock") {
 		id, err := r.reset(ctx, 10)
 		if err != nil {
 			return err
 		}
 		var results []purchaseResult
-		results = append(results, r.sequential(ctx, id, tc.strategy, 3)...)
+		results = append(results, r.sequential(ctx, id, row.Strategy, 3)...)
 		if err := r.rdb.Save(ctx).Err(); err != nil {
 			return fmt.Errorf("redis SAVE: %w", err)
 		}
-		results = append(results, r.sequential(ctx, id, tc.strategy, 4)...)
+		results = append(results, r.sequential(ctx, id, row.Strategy, 4)...)
 		if err := r.cl.Redis.RestartFromSnapshot(); err != nil {
 			return err
 		}
@@ -435,16 +454,22 @@ func (r *pitfallRun) redisStock(ctx context.Context) error {
 				return err
 			}
 		}
-		key := r.info[tc.strategy].RedisKeyPrefix + strconv.FormatInt(id, 10)
-		mirrored, err := r.rdb.Get(ctx, key).Int()
+		// The catalogue has one item: its mirrored stock is the one key under the mirror's prefix.
+		keys, err := r.keysUnder(ctx, row.Strategy, r.info[row.Strategy].RedisKeyPrefix)
 		if err != nil {
-			return fmt.Errorf("GET %s after the restart: %w", key, err)
+			return err
 		}
-		after := r.sequential(ctx, id, tc.strategy, 10)
+		if len(keys) != 1 {
+			return fmt.Errorf("%s: %d keys under the mirror's prefix after the restart, the one item's expected: %v", row.Strategy, len(keys), keys)
+		}
+		mirrored, err := r.rdb.Get(ctx, keys[0]).Int()
+		if err != nil {
+			return fmt.Errorf("GET %s after the restart: %w", keys[0], err)
+		}
+		after := r.sequential(ctx, id, row.Strategy, 10)
 		results = append(results, after...)
-		row := pitfallRow{Case: "redis-stock", Strategy: tc.strategy, Role: tc.role, Lesson: tc.lesson,
-			Detail: fmt.Sprintf("SAVE after 3 sales, 4 more, Redis restarted from the snapshot: mirror %d, truth 3; %d sold after",
-				mirrored, countCode(after, ""))}
+		row.Detail = fmt.Sprintf("SAVE after 3 sales, 4 more, Redis restarted from the snapshot: mirror %d, truth 3; %d sold after",
+			mirrored, countCode(after, ""))
 		if err := r.finish(ctx, row, id, results); err != nil {
 			return err
 		}
@@ -499,7 +524,7 @@ func writePitfalls(w io.Writer, rows []pitfallRow) int {
 		if !row.OK {
 			mark, code = "  <- UNEXPECTED", 1
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s%s\t%d/%d\t%s\t%s\n", row.Case, row.Strategy, row.Role, row.expected(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s%s\t%d/%d\t%s\t%s\n", row.Case, row.Strategy, row.Role, row.Expected,
 			row.Verdict, mark, row.Sold, row.Initial, answers(row.Answers), row.Lesson)
 	}
 	_ = tw.Flush()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/verdict"
 )
 
 // TestPitfallsScenario runs -scenario pitfalls end to end (real storefront processes, a real
@@ -21,11 +23,11 @@ func TestPitfallsScenario(t *testing.T) {
 	rows, err := RunPitfalls(t.Context(), cfg, tlog{t})
 	require.NoError(t, err)
 	want := []struct{ strategy, verdict string }{
-		{"setnx-expire", "BLOCKED"}, {"lock", VerdictSafe},
-		{"del-release", VerdictOversold}, {"fixed-lease", VerdictSafe},
-		{"fixed-lease", VerdictOversold}, {"lock", VerdictSafe}, {"lock+guard", VerdictSafe},
-		{"optimistic", VerdictSafe},
-		{"redis-stock", VerdictOversold}, {"watch", VerdictOversold}, {"redis-stock+guard", VerdictSafe},
+		{"setnx-expire", verdict.Blocked}, {"lock", verdict.Safe},
+		{"del-release", verdict.Oversold}, {"fixed-lease", verdict.Safe},
+		{"fixed-lease", verdict.Oversold}, {"lock", verdict.Safe}, {"lock+guard", verdict.Safe},
+		{"optimistic", verdict.Safe},
+		{"redis-stock", verdict.Oversold}, {"watch", verdict.Oversold}, {"redis-stock+guard", verdict.Safe},
 	}
 	require.Len(t, rows, len(want))
 	for i, w := range want {
@@ -41,21 +43,26 @@ func TestPitfallsScenario(t *testing.T) {
 // The exit status of -scenario pitfalls: 1 as soon as one row did not show what it should (a
 // pitfall that did not fail, a fix that broke an invariant), with the row marked.
 func TestWritePitfallsExitStatus(t *testing.T) {
-	ok := pitfallRow{Case: "fixed-lease", Strategy: "fixed-lease", Role: "pitfall", Verdict: VerdictOversold, OK: true, Lesson: "l"}
-	fix := pitfallRow{Case: "fixed-lease", Strategy: "lock+guard", Role: "fix", Verdict: VerdictSafe, OK: true, Lesson: "l"}
+	ok := pitfallRow{Case: "fixed-lease", Strategy: "fixed-lease", Role: rolePitfall, Expected: verdict.Oversold, Verdict: verdict.Oversold, OK: true, Lesson: "l"}
+	fix := pitfallRow{Case: "fixed-lease", Strategy: "lock+guard", Role: roleFix, Expected: verdict.Safe, Verdict: verdict.Safe, OK: true, Lesson: "l"}
 	var out strings.Builder
 	assert.Equal(t, 0, writePitfalls(&out, []pitfallRow{ok, fix}))
 	assert.NotContains(t, out.String(), "UNEXPECTED")
 
 	missed := ok
-	missed.Verdict, missed.OK = VerdictSafe, false // the pitfall did not show its failure
+	missed.Verdict, missed.OK = verdict.Safe, false // the pitfall did not show its failure
 	out.Reset()
 	assert.Equal(t, 1, writePitfalls(&out, []pitfallRow{missed, fix}))
 	assert.Contains(t, out.String(), "SAFE  <- UNEXPECTED")
 
 	broken := fix
-	broken.Verdict, broken.OK = VerdictOversold, false // the fix broke an invariant
+	broken.Verdict, broken.OK = verdict.Oversold, false // the fix broke an invariant
 	out.Reset()
 	assert.Equal(t, 1, writePitfalls(&out, []pitfallRow{ok, broken}))
-	assert.Equal(t, "BLOCKED", (&pitfallRow{Case: "setnx-expire", Role: "pitfall"}).expected())
+	assert.Equal(t, verdict.Blocked, scripted("setnx-expire")[0].Expected)
+	for _, row := range pitfallScript {
+		if row.Role == roleFix {
+			assert.Equal(t, verdict.Safe, row.Expected, "%s %s: a fix holds", row.Case, row.Strategy)
+		}
+	}
 }

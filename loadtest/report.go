@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/stockguard/stockguard/internal/verdict"
 )
 
 // Report is the outcome of a load test run, as written by -json.
@@ -94,10 +96,11 @@ type StrategyResult struct {
 	Chaos        *ChaosEvent    `json:"chaos,omitempty"`
 	Fault        string         `json:"fault,omitempty"`              // -chaos latency: " +20ms" on the run with the latency
 	Baseline     float64        `json:"baseline_req_per_s,omitempty"` // -chaos latency: req/s of the run without it
-	ExpectedSafe bool           `json:"expected_safe"`
+	Class        strategyClass  `json:"class"`                        // how it stands up to faults, from what the server says of it (modes.go)
+	ExpectedSafe bool           `json:"expected_safe"`                // its class is expected SAFE in the run's setting (modes.go)
 	Verdict      string         `json:"verdict"`
 	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE
-	findings
+	verdict.Findings
 }
 
 // distributionPercentiles are the points of the latency chart.
@@ -152,25 +155,25 @@ func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\tinstances\trequests\tsold/stock\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\twasted work\treq/s\tp50\tp90\tp99\tmax\t  verdict\n", width, "strategy")
 	for _, s := range r.Strategies {
-		verdict := s.Verdict
+		shown := s.Verdict
 		switch {
 		case s.Failed:
-			verdict += " (FAIL: called safe)"
-		case !s.ExpectedSafe && s.Verdict != VerdictSafe:
-			verdict += " (expected)"
+			shown += " (FAIL: called safe)"
+		case !s.ExpectedSafe && s.Verdict != verdict.Safe:
+			shown += " (expected)"
 		}
 		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t  %s\n",
 			width, s.Strategy+s.Fault, s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
 			s.OversoldUnits, s.LostUpdates, s.OrdersWithout201, s.DuplicateOrders, fmtWork(s.WastedWorkMS), s.ReqPerSec,
-			fmtMS(s.Latency.P50), fmtMS(s.Latency.P90), fmtMS(s.Latency.P99), fmtMS(s.Latency.Max), verdict)
+			fmtMS(s.Latency.P50), fmtMS(s.Latency.P90), fmtMS(s.Latency.P99), fmtMS(s.Latency.Max), shown)
 	}
 	_ = tw.Flush()
 	for _, s := range r.Strategies {
 		if s.Chaos != nil {
 			fmt.Fprintf(w, "chaos %s: %s\n", s.Strategy, s.Chaos)
-			if s.Strategy == "lock" && s.Chaos.Mode == "pause" && s.Chaos.Confirmed && s.Verdict == VerdictSafe {
-				fmt.Fprintln(w, "  lock stayed SAFE this time: on resume its watchdog declared the loss before the holder's"+
-					" write (a race it wins in some runs); run again to see the stale write oversell")
+			if s.Class == classLock && !s.ExpectedSafe && s.Chaos.Paused && s.Chaos.Confirmed && s.Verdict == verdict.Safe {
+				fmt.Fprintf(w, "  %s stayed SAFE this time: on resume its watchdog declared the loss before the holder's"+
+					" write (a race it wins in some runs); run again to see the stale write oversell\n", s.Strategy)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/storeapi"
+	"github.com/stockguard/stockguard/internal/verdict"
 )
 
 func fakeConfig(strategies ...string) Config {
@@ -26,11 +31,11 @@ func TestFakeNaiveOversellsGuardSafe(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Strategies, 2)
 	naive, guard := rep.Strategies[0], rep.Strategies[1]
-	assert.Equal(t, VerdictOversold, naive.Verdict)
+	assert.Equal(t, verdict.Oversold, naive.Verdict)
 	assert.Positive(t, naive.OversoldUnits)
 	assert.Positive(t, naive.LostUpdates)
 	assert.False(t, naive.Failed, "naive is expected to oversell")
-	assert.Equal(t, VerdictSafe, guard.Verdict, guard.Violations)
+	assert.Equal(t, verdict.Safe, guard.Verdict, guard.Violations)
 	assert.Equal(t, 20, guard.SoldUnits)
 	assert.Equal(t, 200, guard.Requests)
 	assert.Greater(t, guard.Sends, 200, "the -retry share is sent twice")
@@ -83,7 +88,7 @@ func TestFakeWrongStrategyFails(t *testing.T) {
 	rep, err := RunTargets(context.Background(), fakeConfig("guard"), []string{srv.URL}, "t0k", nil, nil)
 	require.NoError(t, err)
 	g := rep.Strategies[0]
-	assert.Equal(t, VerdictOrderMismatch, g.Verdict)
+	assert.Equal(t, verdict.OrderMismatch, g.Verdict)
 	assert.Positive(t, g.WrongStrategy)
 	assert.True(t, g.Failed)
 	assert.Equal(t, 1, rep.ExitCode)
@@ -107,7 +112,7 @@ func TestFakeOrdersWithout201(t *testing.T) {
 	require.NoError(t, err)
 	g := rep.Strategies[0]
 	assert.Positive(t, g.OrdersWithout201)
-	assert.Equal(t, VerdictOrderMismatch, g.Verdict)
+	assert.Equal(t, verdict.OrderMismatch, g.Verdict)
 	assert.Equal(t, 1, rep.ExitCode)
 }
 
@@ -118,7 +123,7 @@ func TestFakeNotDemoRunsServerStrategy(t *testing.T) {
 	require.Len(t, rep.Strategies, 1)
 	assert.False(t, rep.Demo)
 	assert.Equal(t, "lock+guard", rep.Strategies[0].Strategy)
-	assert.Equal(t, VerdictSafe, rep.Strategies[0].Verdict, rep.Strategies[0].Violations)
+	assert.Equal(t, verdict.Safe, rep.Strategies[0].Verdict, rep.Strategies[0].Violations)
 	assert.Empty(t, rep.Strategies[0].ErrorsByCode, "no X-Strategy/X-Simulated-Work sent to a non-demo server")
 }
 
@@ -131,7 +136,7 @@ func TestFakeOpenModel(t *testing.T) {
 	g := rep.Strategies[0]
 	assert.Equal(t, 100, g.Requests+g.Missed)
 	assert.GreaterOrEqual(t, g.DurationS, 0.2, "100 arrivals at 400/s take about 250ms")
-	assert.Equal(t, VerdictSafe, g.Verdict)
+	assert.Equal(t, verdict.Safe, g.Verdict)
 }
 
 func TestFakeTimeoutsAreReconciled(t *testing.T) {
@@ -147,7 +152,7 @@ func TestFakeTimeoutsAreReconciled(t *testing.T) {
 	assert.Zero(t, g.Unresolved)
 	assert.Equal(t, 30, g.Created+g.Replayed, "each replay finds the original's order (200) or makes it (201)")
 	assert.Equal(t, 30, g.SoldUnits)
-	assert.Equal(t, VerdictSafe, g.Verdict, g.Violations)
+	assert.Equal(t, verdict.Safe, g.Verdict, g.Violations)
 }
 
 func TestSettled(t *testing.T) {
@@ -171,43 +176,9 @@ func TestSettled(t *testing.T) {
 	}
 }
 
-func TestCheckFindsEachViolation(t *testing.T) {
-	key := func(s string) *string { return &s }
-	ok201 := func(k string, id int64) *purchase {
-		return &purchase{Key: k, ItemID: 1, Quantity: 1, Attempts: []purchaseResult{
-			{Status: 201, Receipt: receipt{OrderID: id, ItemID: 1, Quantity: 1, Strategy: "guard"}}}}
-	}
-	ps := []*purchase{ok201("a", 1), ok201("b", 2), ok201("c", 3),
-		{Key: "d", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 409, Code: "sold_out"}}},
-		{Key: "e", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 503, Code: "lock_lost"}}}}
-	orders := []order{
-		{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "guard", IdempotencyKey: key("a")},
-		{OrderID: 2, ItemID: 1, Quantity: 1, Strategy: "guard", IdempotencyKey: key("b")},
-		// order 3 (key c) is missing
-		{OrderID: 4, ItemID: 1, Quantity: 1, Strategy: "guard", IdempotencyKey: key("b")}, // duplicate
-		{OrderID: 5, ItemID: 1, Quantity: 1, Strategy: "lock", IdempotencyKey: key("e")},  // no 201, wrong strategy
-	}
-	stats := []ItemStats{{ItemID: 1, InitialStock: 3, Stock: 1, SoldUnits: 4, OrderCount: 4}}
-	f := check("guard", ps, stats, orders)
-	assert.Equal(t, 1, f.OversoldUnits)
-	assert.Equal(t, 2, f.LostUpdates) // 3 − 1 ≠ 4
-	assert.Equal(t, 1, f.DuplicateOrders)
-	assert.Equal(t, 2, f.OrdersWithout201) // the duplicate and key e
-	assert.Equal(t, 1, f.MissingOrders)
-	assert.Equal(t, 1, f.WrongStrategy)
-	assert.Equal(t, 1, f.SoldOutAnswers)
-	assert.Equal(t, map[string]int{"lock_lost": 1}, f.ErrorsByCode)
-	assert.Equal(t, VerdictOversold, f.verdict())
-	assert.NotEmpty(t, f.Violations)
-
-	safe := check("guard", ps[:2], []ItemStats{{ItemID: 1, InitialStock: 3, Stock: 1, SoldUnits: 2, OrderCount: 2}}, orders[:2])
-	assert.Equal(t, VerdictSafe, safe.verdict(), safe.Violations)
-	lost := check("guard", ps[:2], []ItemStats{{ItemID: 1, InitialStock: 3, Stock: 2, SoldUnits: 2, OrderCount: 2}}, orders[:2])
-	assert.Equal(t, VerdictLostUpdate, lost.verdict())
-}
-
-// TestCheckWastedWorkAndTokens: the work of refused attempts is wasted, the work of sold ones
-// is not; one fence token written by two transactions (batch ids) is an order mismatch.
+// TestCheckWastedWorkAndTokens: check hands internal/verdict the load test's own record (the
+// work of refused attempts is wasted, the work of sold ones is not) and the order rows (one
+// fence token written by two transactions, batch ids, is an order mismatch).
 func TestCheckWastedWorkAndTokens(t *testing.T) {
 	key := func(s string) *string { return &s }
 	ps := []*purchase{
@@ -226,7 +197,7 @@ func TestCheckWastedWorkAndTokens(t *testing.T) {
 		{OrderID: 2, ItemID: 1, Quantity: 1, Strategy: "lock+guard", FenceToken: 9, BatchID: 77, IdempotencyKey: key("b")},
 	}
 	f := check("lock+guard", ps, stats, oneBatch)
-	assert.Equal(t, VerdictSafe, f.verdict(), f.Violations)
+	assert.Equal(t, verdict.Safe, f.Verdict(), f.Violations)
 	assert.InDelta(t, 67.5, f.WorkSpentMS, 1e-9)
 	assert.InDelta(t, 27.5, f.WastedWorkMS, 1e-9)
 	assert.Equal(t, 0, f.TokenRewrites)
@@ -238,7 +209,7 @@ func TestCheckWastedWorkAndTokens(t *testing.T) {
 	f = check("lock+guard", ps, stats, twoBatches)
 	assert.Equal(t, 1, f.TokenRewrites)
 	assert.Equal(t, 2, f.WriteTxs)
-	assert.Equal(t, VerdictOrderMismatch, f.verdict())
+	assert.Equal(t, verdict.OrderMismatch, f.Verdict())
 	assert.Contains(t, strings.Join(f.Violations, "\n"), "fence token 9 written by two transactions")
 }
 
@@ -252,22 +223,84 @@ func TestTimingMS(t *testing.T) {
 	assert.InDelta(t, 1.25, timingMS(`cache;desc="hit", work;desc="x";dur=1.25`, "work"), 1e-9)
 }
 
+// TestExpectedSafe: what a run expects of a strategy follows from what the server says of it
+// (safe, takes_lock, demo_only, redis_key_prefix) and the chaos mode's table.
 func TestExpectedSafe(t *testing.T) {
-	assert.False(t, expectedSafe("naive", 1, ""))
-	assert.True(t, expectedSafe("local", 1, ""))
-	assert.False(t, expectedSafe("local", 3, ""))
-	assert.True(t, expectedSafe("lock", 3, ""))
-	assert.False(t, expectedSafe("lock", 3, "pause"))
-	assert.True(t, expectedSafe("guard", 3, "pause"))
-	assert.True(t, expectedSafe("lock+guard", 3, "pause"))
-	assert.False(t, expectedSafe("fixed-lease", 3, "pause"))
-	assert.True(t, expectedSafe("fixed-lease", 3, ""))
-	assert.True(t, expectedSafe("redis-stock", 3, ""))
-	assert.True(t, expectedSafe("redis-stock+guard", 3, "pause"))
-	assert.True(t, expectedSafe("optimistic", 3, "pause"))
-	assert.False(t, expectedSafe("fixed-lease", 3, "partition"), "no watchdog to declare the loss")
-	assert.False(t, expectedSafe("redis-stock", 3, "failover"), "a failover may lose the mirror's latest writes")
-	assert.True(t, expectedSafe("redis-stock+guard", 3, "failover"))
+	described := map[string]storeapi.Strategy{
+		"naive":             {Name: "naive"},
+		"local":             {Name: "local"},
+		"lock":              {Name: "lock", TakesLock: true},
+		"guard":             {Name: "guard", Safe: true},
+		"lock+guard":        {Name: "lock+guard", Safe: true, TakesLock: true},
+		"fixed-lease":       {Name: "fixed-lease", TakesLock: true, DemoOnly: true, RedisKeyPrefix: "p:fixed-lease:"},
+		"optimistic":        {Name: "optimistic", Safe: true, DemoOnly: true},
+		"redis-stock":       {Name: "redis-stock", DemoOnly: true, RedisKeyPrefix: "p:stock:"},
+		"redis-stock+guard": {Name: "redis-stock+guard", Safe: true, DemoOnly: true, RedisKeyPrefix: "p:stock:"},
+	}
+	expect := func(strategy, chaos string) bool {
+		m, ok := modeOf(chaos)
+		require.True(t, ok, chaos)
+		return m.expectSafe(classOf(described[strategy]))
+	}
+	assert.False(t, expect("naive", ""))
+	assert.False(t, expect("local", ""), "nothing holds across processes")
+	assert.True(t, expect("lock", ""))
+	assert.False(t, expect("lock", "pause"))
+	assert.False(t, expect("lock", "failover"))
+	assert.True(t, expect("lock", "partition"), "its watchdog declares the loss in time")
+	assert.True(t, expect("lock", "latency"))
+	assert.True(t, expect("guard", "pause"))
+	assert.True(t, expect("lock+guard", "pause"))
+	assert.True(t, expect("lock+guard", "failover"))
+	assert.False(t, expect("fixed-lease", "pause"))
+	assert.True(t, expect("fixed-lease", ""))
+	assert.True(t, expect("redis-stock", ""))
+	assert.True(t, expect("redis-stock+guard", "pause"))
+	assert.True(t, expect("optimistic", "pause"))
+	assert.False(t, expect("fixed-lease", "partition"), "no watchdog to declare the loss")
+	assert.False(t, expect("redis-stock", "failover"), "a failover may lose the mirror's latest writes")
+	assert.True(t, expect("redis-stock", "partition"))
+	assert.True(t, expect("redis-stock+guard", "failover"))
+	assert.Equal(t, classUnprotected, classOf(described["naive"]))
+	assert.Equal(t, classMirror, classOf(described["redis-stock"]))
+	assert.Equal(t, classDemoLock, classOf(described["fixed-lease"]))
+
+	offered := make([]storeapi.Strategy, 0, len(described))
+	for _, name := range []string{"naive", "local", "lock", "guard", "lock+guard", "fixed-lease", "optimistic"} {
+		offered = append(offered, described[name])
+	}
+	assert.Equal(t, []string{"naive", "local", "lock", "guard", "lock+guard"}, noChaos.defaultStrategies(offered),
+		"every strategy offered outside demo mode")
+	failover, _ := modeOf(chaosFailover)
+	assert.Equal(t, []string{"lock", "lock+guard"}, failover.defaultStrategies(offered), "those that take a lock")
+	pause, _ := modeOf(chaosPause)
+	assert.Equal(t, noChaos.defaultStrategies(offered), pause.defaultStrategies(offered), "a pause hits any serving instance")
+
+	picked, err := pickStrategies(Config{Strategies: []string{"guard", "fixed-lease"}}, noChaos, offered)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"guard", "fixed-lease"}, picked)
+	_, err = pickStrategies(Config{Strategies: []string{"fast"}}, noChaos, offered)
+	var ue *usageError
+	require.ErrorAs(t, err, &ue)
+	assert.Contains(t, err.Error(), `unknown strategy "fast" (the servers offer: naive, local, lock`)
+}
+
+// TestChaosHelp: the -chaos help and its error message come from the table of modes.
+func TestChaosHelp(t *testing.T) {
+	for _, m := range chaosModes {
+		assert.Contains(t, chaosHelp(), fmt.Sprintf("%q %s", m.name, m.help))
+		assert.NotEmpty(t, m.safe, m.name)
+		assert.True(t, (m.inject == nil) != (m.second == nil), "%s: a fault during the run or a second run under it", m.name)
+	}
+	_, err := parseConfig([]string{"-chaos", "kill"}, io.Discard)
+	assert.EqualError(t, err, `-chaos must be one of pause, failover, partition, latency or none, got "kill"`)
+	c, err := parseConfig([]string{"-chaos", "none"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, chaosNone, c.Chaos)
+	c, err = parseConfig([]string{"-chaos", "partition"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 400*time.Millisecond, c.Lease, "partition: a short lease")
+	assert.Equal(t, 800*time.Millisecond, c.Work, "partition: a work twice the lease")
 }
 
 func TestParseConfig(t *testing.T) {
@@ -275,7 +308,7 @@ func TestParseConfig(t *testing.T) {
 	c, err := parseConfig(nil, &sink)
 	require.NoError(t, err)
 	assert.Equal(t, 3, c.Instances)
-	assert.Equal(t, defaultStrategies, c.Strategies)
+	assert.Nil(t, c.Strategies, "the chaos mode's default among the strategies the servers offer")
 
 	c, err = parseConfig([]string{"-chaos", "pause"}, &sink)
 	require.NoError(t, err)
@@ -309,7 +342,7 @@ func TestParseConfig(t *testing.T) {
 	for _, args := range [][]string{
 		{"-db", "mysql"}, {"-db", "/tmp/x.db"}, {"-db", "postgres://"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-db", "postgres"},
-		{"-items", "0"}, {"-hot", "1.5"}, {"-work", "2s"}, {"-strategies", "fast"}, {"-chaos", "kill"},
+		{"-items", "0"}, {"-hot", "1.5"}, {"-work", "2s"}, {"-strategies", ","}, {"-chaos", "kill"},
 		{"-target", "http://example.com", "-admin-token", "x"}, {"-target", "http://127.0.0.1:1"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-chaos", "pause"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-instances", "2"},
@@ -340,6 +373,11 @@ func TestMainExitCodes(t *testing.T) {
 		"-html", filepath.Join(dir, "r.html")}, &out, &errb)
 	assert.Equal(t, 0, code, errb.String())
 	assert.FileExists(t, filepath.Join(dir, "r.json"))
+
+	errb.Reset()
+	code = Main(context.Background(), []string{"-target", srv.URL, "-admin-token", "t0k", "-strategies", "guard,fast", "-requests", "10"}, &out, &errb)
+	assert.Equal(t, 2, code, "a strategy the servers do not offer is a usage error")
+	assert.Contains(t, errb.String(), `unknown strategy "fast" (the servers offer: naive, local, lock, guard, lock+guard)`)
 	assert.FileExists(t, filepath.Join(dir, "r.html"))
 	assert.Contains(t, out.String(), "guard")
 }

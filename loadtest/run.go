@@ -9,6 +9,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/internal/storeapi"
+	"github.com/stockguard/stockguard/internal/verdict"
 )
 
 // errUnreachable marks targets that do not answer (exit code 2).
@@ -20,15 +23,10 @@ func Run(ctx context.Context, cfg Config, logw io.Writer) (*Report, error) {
 	if len(cfg.Targets) > 0 {
 		return RunTargets(ctx, cfg, cfg.Targets, cfg.AdminToken, nil, logw)
 	}
-	ccfg := ClusterConfig{Bin: cfg.Bin, Instances: cfg.Instances, Log: logw, DB: cfg.DB}
-	if cfg.Chaos != "" {
+	mode := cfg.mode()
+	ccfg := ClusterConfig{Bin: cfg.Bin, Instances: cfg.Instances, Log: logw, DB: cfg.DB, Redis: mode.redis}
+	if mode.name != chaosNone {
 		ccfg.Lease = cfg.Lease
-	}
-	switch cfg.Chaos {
-	case "failover":
-		ccfg.Redis = TopologySentinel
-	case "partition", "latency":
-		ccfg.Redis = TopologyProxied
 	}
 	cl, err := StartCluster(ctx, ccfg)
 	if err != nil {
@@ -66,7 +64,8 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 	case cl != nil:
 		rep.Mode, rep.Redis, rep.RedisPID = "self-contained", cl.Redis.Kind, cl.Redis.PID
 	}
-	if cfg.Chaos != "" {
+	mode := cfg.mode()
+	if mode.name != chaosNone {
 		rep.Config.LeaseMS = ms(cfg.Lease)
 	}
 	for i, a := range apis {
@@ -82,7 +81,7 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			return nil, fmt.Errorf("target %s %w: %v", a.base, errUnreachable, err)
 		}
 	}
-	_, demo, err := apis[0].locks(ctx)
+	demo, err := apis[0].demo(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: GET /api/debug/locks: %w", apis[0].base, err)
 	}
@@ -90,27 +89,35 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 	if !demo {
 		rep.Config.WorkMS = 0 // X-Simulated-Work is refused outside demo mode: none is sent
 	}
-	strategies := cfg.Strategies
+	offered, err := apis[0].strategies(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", apis[0].base, err)
+	}
+	strategies, err := pickStrategies(cfg, mode, offered)
+	if err != nil {
+		return nil, err
+	}
 	if !demo {
 		logf(logw, "the targets are not in demo mode: running only their own strategy, without simulated work")
 		strategies = []string{""}
 	}
 	var ch *chaos
-	if cfg.Chaos != "" {
+	if mode.name != chaosNone {
 		if cl == nil {
-			return nil, usageErr("-chaos %s needs the self-contained mode", cfg.Chaos)
+			return nil, usageErr("-chaos %s needs the self-contained mode", mode.name)
 		}
-		if err := checkTopology(cfg.Chaos, cl); err != nil {
+		if err := mode.checkTopology(cl); err != nil {
 			return nil, err
 		}
-		if cfg.Chaos != "latency" {
-			ch = &chaos{mode: cfg.Chaos, cluster: cl, apis: apis, lease: cfg.Lease}
+		if mode.inject != nil {
+			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease}
 			if cl.Redis != nil {
 				ch.rdb = cl.Redis.Client()
 				defer ch.rdb.Close()
 			}
 		}
 	}
+	run := strategyRun{cfg: cfg, apis: apis, offered: offered, demo: demo, logw: logw}
 	add := func(res *StrategyResult) {
 		rep.Strategies = append(rep.Strategies, *res)
 		if res.Failed {
@@ -118,18 +125,18 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 		}
 	}
 	for round, strategy := range strategies {
-		res, err := runStrategy(ctx, cfg, apis, strategy, demo, ch, round, logw)
+		res, err := run.strategy(ctx, strategy, ch, mode, round)
 		if err != nil {
 			return rep, err
 		}
 		add(res)
-		if cfg.Chaos == "latency" {
-			slow, err := runWithLatency(ctx, cfg, apis, cl, strategy, demo, len(strategies)+round, logw)
+		if mode.second != nil {
+			again, err := run.underFault(ctx, strategy, mode, cl, len(strategies)+round)
 			if err != nil {
 				return rep, err
 			}
-			slow.Baseline = res.ReqPerSec
-			add(slow)
+			again.Baseline = res.ReqPerSec
+			add(again)
 		}
 	}
 	if len(rep.Failed) > 0 {
@@ -156,9 +163,42 @@ func catalogue(cfg Config) []newItem {
 	return items
 }
 
-// runStrategy resets the catalogue, fires the workload (pausing an instance in chaos mode),
-// reconciles client timeouts, and checks the invariants.
-func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, demo bool, ch *chaos, round int, logw io.Writer) (*StrategyResult, error) {
+// pickStrategies returns the strategies of the run: those of -strategies, each of which the
+// servers must offer, or the chaos mode's default among those they offer.
+func pickStrategies(cfg Config, mode chaosMode, offered []storeapi.Strategy) ([]string, error) {
+	if len(cfg.Strategies) == 0 {
+		picked := mode.defaultStrategies(offered)
+		if len(picked) == 0 {
+			return nil, fmt.Errorf("the servers offer no strategy for -chaos %s (GET /api/strategies)", mode.name)
+		}
+		return picked, nil
+	}
+	for _, name := range cfg.Strategies {
+		if _, ok := storeapi.Find(offered, name); !ok {
+			names := make([]string, len(offered))
+			for i, s := range offered {
+				names[i] = s.Name
+			}
+			return nil, usageErr("unknown strategy %q (the servers offer: %s)", name, strings.Join(names, ", "))
+		}
+	}
+	return cfg.Strategies, nil
+}
+
+// strategyRun is what every strategy's run of one load test shares.
+type strategyRun struct {
+	cfg     Config
+	apis    []*api
+	offered []storeapi.Strategy // GET /api/strategies
+	demo    bool
+	logw    io.Writer
+}
+
+// strategy resets the catalogue, fires the workload (with the chaos mode's fault when ch is
+// set), reconciles client timeouts, checks the invariants, and compares the verdict with what
+// mode expects of the strategy's class.
+func (sr strategyRun) strategy(ctx context.Context, strategy string, ch *chaos, mode chaosMode, round int) (*StrategyResult, error) {
+	cfg, apis := sr.cfg, sr.apis
 	label := strategy
 	if label == "" {
 		label = "(server)"
@@ -168,17 +208,18 @@ func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
+	info, _ := storeapi.Find(sr.offered, strategy)
 	w := &workload{cfg: cfg, apis: apis, items: items, strategy: strategy, hist: newHistogram(),
 		keyBase: fmt.Sprintf("lt-%x-%d-%s", cfg.Seed&0xffffffff, round, strings.ReplaceAll(label, "+", "_"))}
-	if demo {
+	if sr.demo {
 		w.work = cfg.Work
 	}
 	pr := &progress{label: label, total: cfg.Requests, dur: cfg.Duration, wl: w}
-	if logw != nil && !cfg.Quiet {
-		pr.w, pr.tty = logw, isTerminal(logw)
+	if sr.logw != nil && !cfg.Quiet {
+		pr.w, pr.tty = sr.logw, isTerminal(sr.logw)
 	}
 	start := time.Now()
-	elapsed, chaosEv := fire(ctx, w, pr, ch, start, cfg.Seed+int64(round), round)
+	elapsed, chaosEv := fire(ctx, w, pr, ch, start, cfg.Seed+int64(round), chaosRun{strategy: info, hotID: items[0].ID, round: round})
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -197,22 +238,35 @@ func runStrategy(ctx context.Context, cfg Config, apis []*api, strategy string, 
 	f := check(strategy, w.results, stats, orders)
 	if strategy == "" && len(orders) > 0 {
 		label = orders[0].Strategy
+		info, _ = storeapi.Find(sr.offered, label)
 	}
 	res := &StrategyResult{Strategy: label, Instances: len(apis), Requests: len(w.results), Replays: replays,
 		Unresolved: unresolved, Missed: int(w.missed.Load()), InitialStock: cfg.Items * cfg.Stock,
-		DurationS: elapsed.Seconds(), Items: stats, Chaos: chaosEv, findings: f}
+		DurationS: elapsed.Seconds(), Items: stats, Chaos: chaosEv, Findings: f, Class: classOf(info)}
 	for _, p := range w.results {
 		res.Sends += len(p.Attempts)
 	}
 	res.ReqPerSec = float64(res.Sends) / max(elapsed.Seconds(), 1e-3)
 	res.Latency, res.Distribution = latencyOf(w.hist)
-	res.Verdict = f.verdict()
-	chaosName := ""
-	if ch != nil {
-		chaosName = cfg.Chaos
+	res.Verdict = f.Verdict()
+	res.ExpectedSafe = mode.expectSafe(res.Class)
+	res.Failed = res.ExpectedSafe && res.Verdict != verdict.Safe
+	return res, nil
+}
+
+// underFault runs strategy again under the mode's fault applied to the whole cluster
+// (mode.second), and removes the fault after.
+func (sr strategyRun) underFault(ctx context.Context, strategy string, mode chaosMode, cl *Cluster, round int) (*StrategyResult, error) {
+	label, undo, err := mode.second(sr.cfg, cl)
+	if err != nil {
+		return nil, err
 	}
-	res.ExpectedSafe = expectedSafe(label, len(apis), chaosName)
-	res.Failed = res.ExpectedSafe && res.Verdict != VerdictSafe
+	defer undo()
+	res, err := sr.strategy(ctx, strategy, nil, mode, round)
+	if err != nil {
+		return nil, err
+	}
+	res.Fault = label
 	return res, nil
 }
 
@@ -234,27 +288,27 @@ func resetCatalogue(ctx context.Context, cfg Config, admin *api) ([]item, error)
 
 // fire runs the workload with its progress display and, in chaos mode, the pause of an
 // instance. It returns once the workload is done and any paused instance is resumed.
-func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, start time.Time, seed int64, round int) (time.Duration, *ChaosEvent) {
+func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, start time.Time, seed int64, r chaosRun) (time.Duration, *ChaosEvent) {
 	var ev *ChaosEvent
 	chaosDone := make(chan struct{})
 	stopChaos := make(chan struct{})
 	if ch != nil {
 		go func() { // owner: fire, which closes stopChaos and waits on chaosDone
 			defer close(chaosDone)
-			ev = ch.run(ctx, stopChaos, start, w.strategy, w.items[0].ID, round)
+			ev = ch.run(ctx, stopChaos, start, r)
 		}()
 	} else {
 		close(chaosDone)
 	}
-	// A failover needs buyers of the hot item until its last step (another instance holds the
-	// hot lock on the promoted replica, the stale holder is resumed), and then until a purchase
-	// sent after the fault is sold (selling resumed): the run's duration is extended until
-	// then. Each wait is bounded (faultWait). The pause and partition faults fit their default
-	// durations (3x the lease + 4s) and extend nothing.
+	// A fault that takes a few seconds (a failover) needs buyers of the hot item until its last
+	// step (another instance holds the hot lock on the promoted replica, the stale holder is
+	// resumed), and then until a purchase sent after the fault is sold (selling resumed): the
+	// run's duration is extended until then. Each wait is bounded (faultWait). The other
+	// faults fit their default durations and extend nothing.
 	var hold chan struct{}
 	loadEnded := make(chan struct{})
 	holdDone := make(chan struct{})
-	if ch != nil && ch.mode == "failover" {
+	if ch != nil && ch.mode.keepSelling {
 		hold = make(chan struct{})
 		go func() { // owner: fire, which closes loadEnded and waits on holdDone
 			defer close(holdDone)
@@ -293,40 +347,4 @@ func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, start time.
 	<-chaosDone // a pause in progress ends (the instance is resumed) before anything is checked
 	pr.finish()
 	return elapsed, ev
-}
-
-// checkTopology tells whether the cluster runs the Redis topology a chaos mode needs.
-func checkTopology(mode string, cl *Cluster) error {
-	switch {
-	case mode == "failover" && cl.Sentinel == nil:
-		return usageErr("-chaos failover needs the instances behind Sentinel (start the cluster with Redis: %q)", TopologySentinel)
-	case (mode == "partition" || mode == "latency") && len(cl.Links) != len(cl.Instances):
-		return usageErr("-chaos %s needs one proxy per instance (start the cluster with Redis: %q)", mode, TopologyProxied)
-	case mode == "pause" && cl.Redis == nil:
-		return usageErr("-chaos pause needs a single Redis")
-	}
-	return nil
-}
-
-// runWithLatency runs strategy again with cfg.Latency added to each direction of every
-// instance's link to Redis, and removes it after.
-func runWithLatency(ctx context.Context, cfg Config, apis []*api, cl *Cluster, strategy string, demo bool, round int, logw io.Writer) (*StrategyResult, error) {
-	for _, l := range cl.Links {
-		if err := l.Latency(cfg.Latency); err != nil {
-			return nil, err
-		}
-	}
-	defer func() {
-		for _, l := range cl.Links {
-			_ = l.Heal()
-		}
-	}()
-	res, err := runStrategy(ctx, cfg, apis, strategy, demo, nil, round, logw)
-	if err != nil {
-		return nil, err
-	}
-	res.Fault = fmt.Sprintf(" +%s", cfg.Latency)
-	res.ExpectedSafe = expectedSafe(res.Strategy, len(apis), "latency")
-	res.Failed = res.ExpectedSafe && res.Verdict != VerdictSafe
-	return res, nil
 }

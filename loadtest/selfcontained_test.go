@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/stockguard/stockguard/internal/verdict"
 )
 
 // storefrontBin is the storefront built once by TestMain; skipReason says why it is missing.
@@ -127,12 +129,12 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
 	require.NoError(t, err)
 	res := byStrategy(t, rep)
-	assert.Equal(t, VerdictOversold, res["naive"].Verdict)
+	assert.Equal(t, verdict.Oversold, res["naive"].Verdict)
 	assert.Positive(t, res["naive"].OversoldUnits)
-	assert.Equal(t, VerdictOversold, res["local"].Verdict, "local across three processes")
+	assert.Equal(t, verdict.Oversold, res["local"].Verdict, "local across three processes")
 	assert.Positive(t, res["local"].OversoldUnits)
 	for _, s := range []string{"lock", "guard", "lock+guard"} {
-		assert.Equal(t, VerdictSafe, res[s].Verdict, "%s: %v", s, res[s].Violations)
+		assert.Equal(t, verdict.Safe, res[s].Verdict, "%s: %v", s, res[s].Violations)
 		assert.Equal(t, cfg.Stock, res[s].SoldUnits, "%s sells exactly the stock", s)
 		assert.Equal(t, cfg.Requests, res[s].Requests)
 	}
@@ -177,7 +179,7 @@ func TestLocalIsSafeInOneProcess(t *testing.T) {
 	rep, err := Run(context.Background(), cfg, tlog{t})
 	require.NoError(t, err)
 	res := byStrategy(t, rep)
-	assert.Equal(t, VerdictSafe, res["local"].Verdict, res["local"].Violations)
+	assert.Equal(t, verdict.Safe, res["local"].Verdict, res["local"].Violations)
 	assert.Equal(t, cfg.Stock, res["local"].SoldUnits)
 	assert.Len(t, rep.Instances, 1)
 	assertGone(t, reportPIDs(rep)...)
@@ -219,7 +221,7 @@ func TestChaosPauseBreaksLockNotLockGuard(t *testing.T) {
 	require.NoError(t, err)
 	lg := byStrategy(t, rep)["lock+guard"]
 	checkPause(lg)
-	assert.Equal(t, VerdictSafe, lg.Verdict, lg.Violations)
+	assert.Equal(t, verdict.Safe, lg.Verdict, lg.Violations)
 	assert.Positive(t, lg.SoldUnits)
 	assert.Equal(t, 0, rep.ExitCode)
 
@@ -233,11 +235,11 @@ func TestChaosPauseBreaksLockNotLockGuard(t *testing.T) {
 		checkPause(lock)
 		assert.False(t, lock.Failed, "lock is not called safe under a pause")
 		assert.Equal(t, 0, rep.ExitCode)
-		if lock.Verdict == VerdictOversold { // LOST UPDATE: the resold stock did not run out in time
+		if lock.Verdict == verdict.Oversold { // LOST UPDATE: the resold stock did not run out in time
 			break
 		}
 	}
-	assert.Equal(t, VerdictOversold, lock.Verdict, "lock oversells once its holder is paused past the lease")
+	assert.Equal(t, verdict.Oversold, lock.Verdict, "lock oversells once its holder is paused past the lease")
 	assert.Positive(t, lock.OversoldUnits)
 }
 
@@ -330,11 +332,11 @@ func TestThreeInstancesOnPostgres(t *testing.T) {
 	assert.Equal(t, DBPostgres, rep.DB)
 	res := byStrategy(t, rep)
 	for _, s := range []string{"naive", "local"} {
-		assert.Equal(t, VerdictOversold, res[s].Verdict, s)
+		assert.Equal(t, verdict.Oversold, res[s].Verdict, s)
 		assert.Positive(t, res[s].OversoldUnits, s)
 	}
 	for _, s := range []string{"guard", "lock+guard"} {
-		assert.Equal(t, VerdictSafe, res[s].Verdict, "%s: %v", s, res[s].Violations)
+		assert.Equal(t, verdict.Safe, res[s].Verdict, "%s: %v", s, res[s].Violations)
 		assert.Equal(t, cfg.Stock, res[s].SoldUnits, "%s sells exactly the stock", s)
 	}
 	assert.Equal(t, 0, rep.ExitCode)

@@ -54,7 +54,7 @@ func GetJSON(ctx context.Context, hc *http.Client, base, path string, out any) e
 		return fmt.Errorf("GET %s: read the body: %w", path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return errorOf(resp.StatusCode, body)
+		return DecodeError(resp.StatusCode, body)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("GET %s: decode the body: %w", path, err)
@@ -62,8 +62,9 @@ func GetJSON(ctx context.Context, hc *http.Client, base, path string, out any) e
 	return nil
 }
 
-// errorOf reads the API's error body of a non-2xx answer.
-func errorOf(status int, body []byte) *Error {
+// DecodeError reads the API's error body of a non-2xx answer of that status (a body of
+// another shape: the code "http_<status>" and the body's first 200 bytes as the message).
+func DecodeError(status int, body []byte) *Error {
 	var env struct {
 		Error struct {
 			Code    string `json:"code"`
