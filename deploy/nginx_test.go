@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockguard/stockguard/internal/chash"
 	"github.com/stockguard/stockguard/internal/pgtest"
 	"github.com/stockguard/stockguard/internal/procutil"
 	"github.com/stockguard/stockguard/internal/redistest"
@@ -144,6 +145,15 @@ func TestNginxRoutesPurchasesByItem(t *testing.T) {
 		perReplica[home[it.ID]]++
 	}
 	t.Logf("items per replica: %v", perReplica)
+	// The load test's item routing (internal/chash) picks what nginx picked.
+	addrs := make([]string, len(fronts))
+	for i, f := range fronts {
+		addrs[i] = f.addr()
+	}
+	ring := chash.New(addrs)
+	for _, it := range items {
+		assert.Equal(t, ring.Pick(strconv.FormatInt(it.ID, 10)), home[it.ID], "item %d: chash and nginx disagree", it.ID)
+	}
 	for r, n := range perReplica {
 		assert.NotZero(t, n, "no item of %d hashed to %s", spread, replicas[r])
 	}
@@ -178,12 +188,13 @@ func TestNginxRoutesPurchasesByItem(t *testing.T) {
 	assert.Equal(t, map[int]int{http.StatusCreated: 10, http.StatusConflict: 20}, codes,
 		"30 buyers of the hot item's last 10 units after its replica died")
 	require.Len(t, moved, 1, "the hot item's purchases reached replicas %v", moved)
-	assert.NotContains(t, moved, dead)
+	assert.Equal(t, map[int]bool{ring.Order(strconv.FormatInt(hot.ID, 10))[1]: true}, moved,
+		"the hot item went to the next replica on the ring")
 	movedTo := map[int64]int{}
 	for _, it := range items {
 		r := route(t, it.ID, 2)
 		if home[it.ID] == dead {
-			assert.NotEqual(t, dead, r)
+			assert.Equal(t, ring.Order(strconv.FormatInt(it.ID, 10))[1], r, "item %d: not the next replica on the ring", it.ID)
 			movedTo[it.ID] = r
 		} else {
 			assert.Equal(t, home[it.ID], r, "item %d moved although its replica is up", it.ID)
