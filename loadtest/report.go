@@ -187,7 +187,10 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.Strategies {
 		if s.Chaos != nil {
 			fmt.Fprintf(w, "chaos %s: %s\n", s.Label(), s.Chaos)
-			if s.Class == classLock && !s.ExpectedSafe && s.Chaos.Paused && s.Chaos.Confirmed && s.Verdict == verdict.Safe {
+			switch {
+			case s.Route == RouteItem && !s.ExpectedSafe && s.Verdict == verdict.Safe:
+				// Said once below, for every strategy that routing by item kept SAFE.
+			case s.Class == classLock && !s.ExpectedSafe && s.Chaos.Paused && s.Chaos.Confirmed && s.Verdict == verdict.Safe:
 				fmt.Fprintf(w, "  %s stayed SAFE this time: on resume its watchdog declared the loss before the holder's"+
 					" write (a race it wins in some runs); run again to see the stale write oversell\n", s.Label())
 			}
@@ -218,8 +221,23 @@ func (r *Report) WriteTable(w io.Writer) {
 }
 
 // writeRatios prints, per route, lock+guard's req/s and p99 against guard's and both mean
-// batches: what routing by item changes.
+// batches (not under a chaos fault, which decides them): what routing by item changes. It names
+// the strategies expected to break that routing by item kept SAFE.
 func (r *Report) writeRatios(w io.Writer) {
+	var kept []string
+	for _, s := range r.Strategies {
+		if s.Route == RouteItem && !s.ExpectedSafe && s.Verdict == verdict.Safe {
+			kept = append(kept, s.Label())
+		}
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(w, "%s stayed SAFE routed by item: every buyer of an item reached one process, so no other process"+
+			" sold it meanwhile (a paused holder's buyers waited with it); that lasts until the routing moves an item"+
+			" (an instance down, one added): safety must not rest on routing\n", strings.Join(kept, ", "))
+	}
+	if r.Config.Chaos != "" {
+		return
+	}
 	for _, route := range r.Config.Routes {
 		var guard, lockGuard *StrategyResult
 		for i := range r.Strategies {

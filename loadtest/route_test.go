@@ -99,6 +99,17 @@ func TestFakeRouteItem(t *testing.T) {
 	assert.Contains(t, out, "batch")
 	assert.Contains(t, out, "route item: lock+guard / guard: req/s ")
 	assert.Contains(t, out, "route round-robin: lock+guard / guard: req/s ")
+
+	// A strategy expected to break across processes that stays SAFE routed by item is named
+	// as such, once (the fake has no processes: local is SAFE both ways here).
+	cfg = fakeConfig("local")
+	cfg.Routes = []string{RouteItem, RouteRoundRobin}
+	rep, err = RunTargets(context.Background(), cfg, urls, "t0k", nil, nil)
+	require.NoError(t, err)
+	buf.Reset()
+	rep.WriteTable(&buf)
+	assert.Contains(t, buf.String(), "\nlocal @item stayed SAFE routed by item: ")
+	assert.Equal(t, 1, strings.Count(buf.String(), "stayed SAFE"), buf.String())
 }
 
 func minItem(items map[string]map[int]bool) int64 {
