@@ -94,8 +94,16 @@ func TestNginxRoutesPurchasesByItem(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.status, "%s", res.body)
 	require.NoError(t, json.Unmarshal(res.body, &catalogue))
 	require.Len(t, catalogue, spread+1)
-	hot := catalogue[spread]
-	items := catalogue[:spread]
+	var hot item
+	var items []item
+	for _, it := range catalogue {
+		if it.SKU == "HOT" {
+			hot = it
+		} else {
+			items = append(items, it)
+		}
+	}
+	require.NotZero(t, hot.ID)
 	sold := map[int64]int{} // 201 answers per item
 
 	// buy sends n concurrent purchases of item and returns, per purchase, the answer and the
@@ -248,8 +256,8 @@ func TestNginxRoutesPurchasesByItem(t *testing.T) {
 }
 
 type item struct {
-	ID    int64 `json:"id"`
-	Stock int   `json:"stock"`
+	ID  int64  `json:"id"`
+	SKU string `json:"sku"`
 }
 
 // answer is one response through nginx.
