@@ -23,6 +23,7 @@ system-packages:
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	{ [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing with apt-get"; \
@@ -34,6 +35,7 @@ system-packages:
 	fi
 	@redis-server --version
 	@ls -d /usr/lib/postgresql/*/bin 2>/dev/null || pg_config --bindir
+	@PATH="$$PATH:/usr/sbin" nginx -v
 
 vet:
 	$(GO) vet $(PKGS)

@@ -18,7 +18,8 @@ import (
 
 // There is no Docker engine where the tests run: these tests load docker-compose.yml with the
 // compose-spec loader (the one docker compose uses) and check its shape, and check that the
-// Dockerfile and nginx config agree with it.
+// Dockerfile and nginx config agree with it. deploy/nginx_test.go runs the nginx config itself
+// in a real nginx in front of three storefront processes.
 
 const storefrontPort = 8080
 
@@ -172,12 +173,20 @@ func TestNginxConfigMatchesCompose(t *testing.T) {
 	b, err := os.ReadFile("deploy/nginx.conf")
 	require.NoError(t, err)
 	conf := string(b)
-	servers := regexp.MustCompile(`(?m)^\s*server\s+([\w.-]+):(\d+)`).FindAllStringSubmatch(conf, -1)
-	require.Len(t, servers, len(storefronts))
-	for i, m := range servers {
-		assert.Equal(t, storefronts[i], m[1])
-		assert.Equal(t, "8080", m[2])
+	// Two upstream groups over the same replicas: purchases by item, the rest spread.
+	upstreams := regexp.MustCompile(`(?ms)^\s*upstream\s+(\w+)\s*\{(.*?)\}`).FindAllStringSubmatch(conf, -1)
+	require.Len(t, upstreams, 2)
+	for _, u := range upstreams {
+		servers := regexp.MustCompile(`(?m)^\s*server\s+([\w.-]+):(\d+)`).FindAllStringSubmatch(u[2], -1)
+		require.Len(t, servers, len(storefronts), "upstream %s", u[1])
+		for i, m := range servers {
+			assert.Equal(t, storefronts[i], m[1], "upstream %s", u[1])
+			assert.Equal(t, "8080", m[2], "upstream %s", u[1])
+		}
 	}
+	assert.Regexp(t, `(?m)^\s*hash \$item_id consistent;`, upstreams[1][2], "purchases: one replica per item")
+	assert.Regexp(t, `(?m)^\s*location ~ \^/api/items/0\*\(\?<item_id>\[0-9\]\+\)/purchase\$ \{\s*proxy_pass http://`+upstreams[1][1]+`;`, conf)
+	assert.Regexp(t, `(?m)^\s*location / \{\s*proxy_pass http://`+upstreams[0][1]+`;`, conf)
 	assert.Regexp(t, `(?m)^\s*listen 80;`, conf)
 	assert.Contains(t, conf, "proxy_set_header X-Request-ID")
 	assert.NotContains(t, conf, "non_idempotent", "a purchase must never be retried on another replica")

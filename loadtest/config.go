@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -40,7 +41,20 @@ type Config struct {
 	Scenario    string        // "" (the strategy comparison) or "pitfalls" (pitfalls.go)
 	Perf        bool          // the same-run performance command instead of the comparison (perf.go)
 	Rounds      int           // -perf: measured rounds of every target
+	Routes      []string      // how purchases reach the instances (RouteRoundRobin, RouteItem): each strategy runs once per route
 }
+
+// Routes of the purchases to the instances (-route).
+const (
+	// RouteRoundRobin spreads the purchases over the instances whatever their item (client i
+	// of the closed model talks to instance i mod N; purchase i of the open model goes to
+	// instance i mod N): an item's lock passes from process to process.
+	RouteRoundRobin = "round-robin"
+	// RouteItem sends every purchase of an item to one instance, the one nginx's consistent
+	// hash of the item id picks over the instances' addresses (deploy/nginx.conf,
+	// internal/chash), and the next one on the ring when it refuses the connection.
+	RouteItem = "item"
+)
 
 // maxPurchases bounds a duration-only run.
 const maxPurchases = 2_000_000
@@ -60,7 +74,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
 	fs.Usage = func() {}     // -h is handled below; a bad flag gets one line, not the whole list
-	var targets, strategies string
+	var targets, strategies, routes string
 	fs.IntVar(&c.Instances, "instances", 3, "self-contained mode: storefront processes to start")
 	fs.StringVar(&targets, "target", "", "comma-separated base URLs of running storefronts (loopback only) instead of starting them")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin token of the -target servers (needed to reset their catalogue)")
@@ -88,6 +102,8 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.Scenario, "scenario", "", `"pitfalls": every broken lock (SETNX then EXPIRE, release by plain DEL, a fixed lease) and lockless alternative (optimistic version check, stock kept in Redis) next to its fix, scripted`)
 	fs.BoolVar(&c.Perf, "perf", false, "same-run performance: one storefront and redis-server; /healthz, guard, lock+guard and lock+guard --max-batch 1 alternated on 1, then 10 items, no work (uses -duration per phase, -concurrency, -rounds, -bin, -db, -json)")
 	fs.IntVar(&c.Rounds, "rounds", 3, "-perf: measured rounds of every target (after a warm-up round)")
+	fs.StringVar(&routes, "route", RouteRoundRobin, `how purchases reach the instances: "round-robin" whatever the item, or "item": all of an item's`+"\n"+
+		`on one instance, picked by nginx's consistent hash of the item id (deploy/nginx.conf); "item,round-robin" runs each strategy both ways`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -135,6 +151,10 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	c.Strategies = splitList(strategies)
 	if set["strategies"] && len(c.Strategies) == 0 {
 		return c, usageErr("-strategies is empty")
+	}
+	c.Routes = splitList(routes)
+	if c.Perf && set["route"] {
+		return c, usageErr("-route does not apply to -perf")
 	}
 	return c, c.validate()
 }
@@ -202,6 +222,17 @@ func (c *Config) validate() error {
 		return usageErr("-scenario pitfalls starts its own processes and Redis (no -target, no -chaos)")
 	}
 	c.Chaos = c.mode().name // "none" is ""
+	if len(c.Routes) == 0 {
+		c.Routes = []string{RouteRoundRobin}
+	}
+	for i, r := range c.Routes {
+		if r != RouteRoundRobin && r != RouteItem {
+			return usageErr(`-route must be %q, %q or both comma-separated, got %q`, RouteItem, RouteRoundRobin, r)
+		}
+		if slices.Contains(c.Routes[:i], r) {
+			return usageErr("-route %s given twice", r)
+		}
+	}
 	if c.DB == "" {
 		c.DB = DBSQLite
 	}

@@ -23,6 +23,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"ms":    fmtMS,
 	"codes": codes,
 	"work":  fmtWork,
+	"batch": fmtBatch,
 }).Parse(reportHTML))
 
 // WriteHTML writes r as a self-contained HTML page with its charts.

@@ -47,20 +47,21 @@ type InstanceInfo struct {
 
 // ReportConfig is the workload, as run.
 type ReportConfig struct {
-	Items       int     `json:"items"`
-	Stock       int     `json:"stock"`
-	Requests    int     `json:"requests"`
-	DurationS   float64 `json:"duration_s"`
-	Concurrency int     `json:"concurrency"`
-	Rate        float64 `json:"rate"`
-	Quantity    int     `json:"quantity"`
-	Hot         float64 `json:"hot"`
-	Retry       float64 `json:"retry"`
-	WorkMS      float64 `json:"work_ms"`
-	Chaos       string  `json:"chaos"`
-	LeaseMS     float64 `json:"lease_ms,omitempty"`
-	TimeoutMS   float64 `json:"timeout_ms"`
-	Seed        int64   `json:"seed"`
+	Items       int      `json:"items"`
+	Stock       int      `json:"stock"`
+	Requests    int      `json:"requests"`
+	DurationS   float64  `json:"duration_s"`
+	Concurrency int      `json:"concurrency"`
+	Rate        float64  `json:"rate"`
+	Quantity    int      `json:"quantity"`
+	Hot         float64  `json:"hot"`
+	Retry       float64  `json:"retry"`
+	WorkMS      float64  `json:"work_ms"`
+	Chaos       string   `json:"chaos"`
+	LeaseMS     float64  `json:"lease_ms,omitempty"`
+	TimeoutMS   float64  `json:"timeout_ms"`
+	Seed        int64    `json:"seed"`
+	Routes      []string `json:"routes"` // -route: how purchases reached the instances, each strategy once per route
 }
 
 // Latency holds percentiles in milliseconds.
@@ -81,6 +82,7 @@ type LatencyPoint struct {
 // StrategyResult is one strategy's row of the report.
 type StrategyResult struct {
 	Strategy     string         `json:"strategy"`
+	Route        string         `json:"route"` // RouteRoundRobin or RouteItem
 	Instances    int            `json:"instances"`
 	Requests     int            `json:"requests"`   // purchases (idempotency keys)
 	Sends        int            `json:"sends"`      // HTTP purchase requests, -retry copies included, replays not
@@ -101,7 +103,21 @@ type StrategyResult struct {
 	Verdict      string         `json:"verdict"`
 	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE
 	verdict.Findings
+	showRoute bool // the run compares routes: the label names this row's
 }
+
+// Label names the row: the strategy, its fault (-chaos latency) and, when the run compares
+// routes, its route.
+func (s StrategyResult) Label() string {
+	l := s.Strategy + s.Fault
+	if s.showRoute {
+		l += routeSuffix(s.Route)
+	}
+	return l
+}
+
+// routeSuffix is the route as the rows of a run comparing routes show it.
+func routeSuffix(route string) string { return " @" + route }
 
 // distributionPercentiles are the points of the latency chart.
 var distributionPercentiles = []float64{0, 10, 20, 30, 40, 50, 60, 70, 75, 80, 85, 90, 95, 97.5, 99, 99.5, 99.9, 100}
@@ -145,15 +161,15 @@ func (r *Report) WriteTable(w io.Writer) {
 	if c.Rate > 0 {
 		model = fmt.Sprintf("%g/s open model", c.Rate)
 	}
-	fmt.Fprintf(w, "%s, %d instance(s)%s%s; %d item(s) x %d units; %s per strategy, %s, hot %g, retry %g, quantity 1..%d, work %gms%s; %d CPUs\n\n",
+	fmt.Fprintf(w, "%s, %d instance(s)%s%s; %d item(s) x %d units; %s per strategy, %s, hot %g, retry %g, quantity 1..%d, work %gms, route %s%s; %d CPUs\n\n",
 		r.Mode, len(r.Instances), prefixed(", Redis: ", r.Redis), prefixed(", database: ", r.DB), c.Items, c.Stock, bound, model, c.Hot, c.Retry,
-		c.Quantity, c.WorkMS, prefixed(", chaos: ", c.Chaos), r.Machine.CPUs)
+		c.Quantity, c.WorkMS, routesOf(c.Routes), prefixed(", chaos: ", c.Chaos), r.Machine.CPUs)
 	width := len("strategy")
 	for _, s := range r.Strategies {
-		width = max(width, len(s.Strategy+s.Fault))
+		width = max(width, len(s.Label()))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tinstances\trequests\tsold/stock\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\twasted work\treq/s\tp50\tp90\tp99\tmax\t  verdict\n", width, "strategy")
+	fmt.Fprintf(tw, "%-*s\tinstances\trequests\tsold/stock\tsold-out\terrors\toversold\tlost upd\tno 201\tdup orders\twasted work\tbatch\treq/s\tp50\tp90\tp99\tmax\t  verdict\n", width, "strategy")
 	for _, s := range r.Strategies {
 		shown := s.Verdict
 		switch {
@@ -162,42 +178,102 @@ func (r *Report) WriteTable(w io.Writer) {
 		case !s.ExpectedSafe && s.Verdict != verdict.Safe:
 			shown += " (expected)"
 		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t  %s\n",
-			width, s.Strategy+s.Fault, s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
-			s.OversoldUnits, s.LostUpdates, s.OrdersWithout201, s.DuplicateOrders, fmtWork(s.WastedWorkMS), s.ReqPerSec,
+		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d/%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t  %s\n",
+			width, s.Label(), s.Instances, s.Requests, s.SoldUnits, s.InitialStock, s.SoldOutAnswers, codes(s.ErrorsByCode),
+			s.OversoldUnits, s.LostUpdates, s.OrdersWithout201, s.DuplicateOrders, fmtWork(s.WastedWorkMS), fmtBatch(s.MeanBatch), s.ReqPerSec,
 			fmtMS(s.Latency.P50), fmtMS(s.Latency.P90), fmtMS(s.Latency.P99), fmtMS(s.Latency.Max), shown)
 	}
 	_ = tw.Flush()
 	for _, s := range r.Strategies {
 		if s.Chaos != nil {
-			fmt.Fprintf(w, "chaos %s: %s\n", s.Strategy, s.Chaos)
-			if s.Class == classLock && !s.ExpectedSafe && s.Chaos.Paused && s.Chaos.Confirmed && s.Verdict == verdict.Safe {
+			fmt.Fprintf(w, "chaos %s: %s\n", s.Label(), s.Chaos)
+			switch {
+			case s.Route == RouteItem && !s.ExpectedSafe && s.Verdict == verdict.Safe:
+				// Said once below, for every strategy that routing by item kept SAFE.
+			case s.Class == classLock && !s.ExpectedSafe && s.Chaos.Paused && s.Chaos.Confirmed && s.Verdict == verdict.Safe:
 				fmt.Fprintf(w, "  %s stayed SAFE this time: on resume its watchdog declared the loss before the holder's"+
-					" write (a race it wins in some runs); run again to see the stale write oversell\n", s.Strategy)
+					" write (a race it wins in some runs); run again to see the stale write oversell\n", s.Label())
 			}
 		}
 	}
+	r.writeRatios(w)
 	for _, s := range r.Strategies {
 		if s.Fault != "" && s.Baseline > 0 {
-			fmt.Fprintf(w, "latency %s%s: %.0f req/s against %.0f without it (%.2fx)\n", s.Strategy, s.Fault, s.ReqPerSec, s.Baseline, s.ReqPerSec/s.Baseline)
+			fmt.Fprintf(w, "latency %s: %.0f req/s against %.0f without it (%.2fx)\n", s.Label(), s.ReqPerSec, s.Baseline, s.ReqPerSec/s.Baseline)
 		}
 	}
 	for _, s := range r.Strategies {
 		if s.Missed > 0 {
 			fmt.Fprintf(w, "%s: %d arrivals dropped: %d requests were already in flight (raise -concurrency)\n",
-				s.Strategy, s.Missed, c.Concurrency)
+				s.Label(), s.Missed, c.Concurrency)
 		}
 		if s.Unresolved > 0 {
-			fmt.Fprintf(w, "%s: %d timed-out requests got no answer when replayed either\n", s.Strategy, s.Unresolved)
+			fmt.Fprintf(w, "%s: %d timed-out requests got no answer when replayed either\n", s.Label(), s.Unresolved)
 		}
 	}
 	for _, s := range r.Strategies {
 		if s.Failed {
 			for _, v := range s.Violations {
-				fmt.Fprintf(w, "%s: %s\n", s.Strategy, v)
+				fmt.Fprintf(w, "%s: %s\n", s.Label(), v)
 			}
 		}
 	}
+}
+
+// writeRatios prints, per route, lock+guard's req/s and p99 against guard's and both mean
+// batches (not under a chaos fault, which decides them): what routing by item changes. It names
+// the strategies expected to break that routing by item kept SAFE.
+func (r *Report) writeRatios(w io.Writer) {
+	var kept []string
+	for _, s := range r.Strategies {
+		if s.Route == RouteItem && !s.ExpectedSafe && s.Verdict == verdict.Safe {
+			kept = append(kept, s.Label())
+		}
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(w, "%s stayed SAFE routed by item: every buyer of an item reached one process, so no other process"+
+			" sold it meanwhile (a paused holder's buyers waited with it); that lasts until the routing moves an item"+
+			" (an instance down, one added): safety must not rest on routing\n", strings.Join(kept, ", "))
+	}
+	if r.Config.Chaos != "" {
+		return
+	}
+	for _, route := range r.Config.Routes {
+		var guard, lockGuard *StrategyResult
+		for i := range r.Strategies {
+			s := &r.Strategies[i]
+			if s.Route != route || s.Fault != "" {
+				continue
+			}
+			switch s.Strategy {
+			case "guard":
+				guard = s
+			case "lock+guard":
+				lockGuard = s
+			}
+		}
+		if guard == nil || lockGuard == nil || guard.ReqPerSec == 0 || guard.Latency.P99 == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "route %s: lock+guard / guard: req/s %.2fx, p99 %.2fx; mean batch %s (guard %s)\n", route,
+			lockGuard.ReqPerSec/guard.ReqPerSec, lockGuard.Latency.P99/guard.Latency.P99, fmtBatch(lockGuard.MeanBatch), fmtBatch(guard.MeanBatch))
+	}
+}
+
+// fmtBatch shows a mean batch (orders per write transaction); "-" when no order was written.
+func fmtBatch(b float64) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", b)
+}
+
+// routesOf shows the -route of a run.
+func routesOf(routes []string) string {
+	if len(routes) == 0 {
+		return RouteRoundRobin
+	}
+	return strings.Join(routes, " and ")
 }
 
 func prefixed(prefix, s string) string {

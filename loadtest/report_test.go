@@ -309,6 +309,14 @@ func TestParseConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 3, c.Instances)
 	assert.Nil(t, c.Strategies, "the chaos mode's default among the strategies the servers offer")
+	assert.Equal(t, []string{RouteRoundRobin}, c.Routes, "safety must not rest on routing: round-robin by default")
+
+	c, err = parseConfig([]string{"-route", "item"}, &sink)
+	require.NoError(t, err)
+	assert.Equal(t, []string{RouteItem}, c.Routes)
+	c, err = parseConfig([]string{"-route", "item, round-robin"}, &sink)
+	require.NoError(t, err)
+	assert.Equal(t, []string{RouteItem, RouteRoundRobin}, c.Routes)
 
 	c, err = parseConfig([]string{"-chaos", "pause"}, &sink)
 	require.NoError(t, err)
@@ -347,6 +355,7 @@ func TestParseConfig(t *testing.T) {
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-chaos", "pause"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-instances", "2"},
 		{"-requests", "0"}, {"-nope"}, {"extra"},
+		{"-route", "hash"}, {"-route", "item,item"}, {"-perf", "-route", "item"},
 		{"-perf", "-strategies", "guard"}, {"-perf", "-work", "1ms"}, {"-perf", "-rounds", "0"}, {"-perf", "-duration", "1ms"},
 	} {
 		_, err := parseConfig(args, &sink)

@@ -42,6 +42,9 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano()
 	}
+	if len(cfg.Routes) == 0 {
+		cfg.Routes = []string{RouteRoundRobin}
+	}
 	hc := newHTTPClient(cfg.Concurrency, cfg.Timeout)
 	defer hc.CloseIdleConnections()
 	apis := make([]*api, len(urls))
@@ -52,7 +55,7 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version()},
 		Config: ReportConfig{Items: cfg.Items, Stock: cfg.Stock, Requests: cfg.Requests, DurationS: cfg.Duration.Seconds(),
 			Concurrency: cfg.Concurrency, Rate: cfg.Rate, Quantity: cfg.Quantity, Hot: cfg.Hot, Retry: cfg.Retry,
-			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed}}
+			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed, Routes: cfg.Routes}}
 	if cl != nil {
 		rep.DB = cl.DB
 	}
@@ -121,22 +124,27 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 	add := func(res *StrategyResult) {
 		rep.Strategies = append(rep.Strategies, *res)
 		if res.Failed {
-			rep.Failed = append(rep.Failed, res.Strategy+res.Fault)
+			rep.Failed = append(rep.Failed, res.Label())
 		}
 	}
-	for round, strategy := range strategies {
-		res, err := run.strategy(ctx, strategy, ch, mode, round)
-		if err != nil {
-			return rep, err
-		}
-		add(res)
-		if mode.second != nil {
-			again, err := run.underFault(ctx, strategy, mode, cl, len(strategies)+round)
+	// Route by route, so that the strategies a route compares run one after the other.
+	round := 0
+	for _, route := range cfg.Routes {
+		for _, strategy := range strategies {
+			res, err := run.strategy(ctx, strategy, route, ch, mode, round)
+			round++
 			if err != nil {
 				return rep, err
 			}
-			again.Baseline = res.ReqPerSec
-			add(again)
+			add(res)
+			if mode.second != nil {
+				again, err := run.underFault(ctx, strategy, route, mode, cl, len(strategies)*len(cfg.Routes)+round)
+				if err != nil {
+					return rep, err
+				}
+				again.Baseline = res.ReqPerSec
+				add(again)
+			}
 		}
 	}
 	if len(rep.Failed) > 0 {
@@ -194,10 +202,10 @@ type strategyRun struct {
 	logw    io.Writer
 }
 
-// strategy resets the catalogue, fires the workload (with the chaos mode's fault when ch is
-// set), reconciles client timeouts, checks the invariants, and compares the verdict with what
-// mode expects of the strategy's class.
-func (sr strategyRun) strategy(ctx context.Context, strategy string, ch *chaos, mode chaosMode, round int) (*StrategyResult, error) {
+// strategy resets the catalogue, fires the workload routed by route (with the chaos mode's
+// fault when ch is set), reconciles client timeouts, checks the invariants, and compares the
+// verdict with what mode expects of the strategy's class.
+func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *chaos, mode chaosMode, round int) (*StrategyResult, error) {
 	cfg, apis := sr.cfg, sr.apis
 	label := strategy
 	if label == "" {
@@ -214,7 +222,20 @@ func (sr strategyRun) strategy(ctx context.Context, strategy string, ch *chaos, 
 	if sr.demo {
 		w.work = cfg.Work
 	}
-	pr := &progress{label: label, total: cfg.Requests, dur: cfg.Duration, wl: w}
+	if route == RouteItem {
+		urls := make([]string, len(apis))
+		for i, a := range apis {
+			urls[i] = a.base
+		}
+		if w.order, err = itemOrders(urls, items); err != nil {
+			return nil, err
+		}
+	}
+	progressLabel := label
+	if len(cfg.Routes) > 1 {
+		progressLabel += routeSuffix(route)
+	}
+	pr := &progress{label: progressLabel, total: cfg.Requests, dur: cfg.Duration, wl: w}
 	if sr.logw != nil && !cfg.Quiet {
 		pr.w, pr.tty = sr.logw, isTerminal(sr.logw)
 	}
@@ -240,7 +261,7 @@ func (sr strategyRun) strategy(ctx context.Context, strategy string, ch *chaos, 
 		label = orders[0].Strategy
 		info, _ = storeapi.Find(sr.offered, label)
 	}
-	res := &StrategyResult{Strategy: label, Instances: len(apis), Requests: len(w.results), Replays: replays,
+	res := &StrategyResult{Strategy: label, Route: route, showRoute: len(cfg.Routes) > 1, Instances: len(apis), Requests: len(w.results), Replays: replays,
 		Unresolved: unresolved, Missed: int(w.missed.Load()), InitialStock: cfg.Items * cfg.Stock,
 		DurationS: elapsed.Seconds(), Items: stats, Chaos: chaosEv, Findings: f, Class: classOf(info)}
 	for _, p := range w.results {
@@ -256,13 +277,13 @@ func (sr strategyRun) strategy(ctx context.Context, strategy string, ch *chaos, 
 
 // underFault runs strategy again under the mode's fault applied to the whole cluster
 // (mode.second), and removes the fault after.
-func (sr strategyRun) underFault(ctx context.Context, strategy string, mode chaosMode, cl *Cluster, round int) (*StrategyResult, error) {
+func (sr strategyRun) underFault(ctx context.Context, strategy, route string, mode chaosMode, cl *Cluster, round int) (*StrategyResult, error) {
 	label, undo, err := mode.second(sr.cfg, cl)
 	if err != nil {
 		return nil, err
 	}
 	defer undo()
-	res, err := sr.strategy(ctx, strategy, nil, mode, round)
+	res, err := sr.strategy(ctx, strategy, route, nil, mode, round)
 	if err != nil {
 		return nil, err
 	}

@@ -2,13 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/stockguard/stockguard/internal/chash"
 )
 
 // purchase is one logical purchase: one Idempotency-Key, sent once or twice (-retry), and
@@ -59,6 +65,10 @@ type workload struct {
 	strategy string // "" sends no X-Strategy (target not in demo mode)
 	work     time.Duration
 	keyBase  string
+	// order, with -route item, lists per item the instances in the order nginx's consistent
+	// hash tries them (internal/chash): every purchase of the item goes to the first, the next
+	// one taking over when it refuses the connection. nil: round-robin.
+	order map[int64][]int
 
 	histMu sync.Mutex
 	hist   *hdrhistogram.Histogram // latency of every attempt, in microseconds
@@ -107,41 +117,82 @@ func (w *workload) next(rng *rand.Rand, seq, instance int) spec {
 	}
 	s.itemID = w.items[idx].ID
 	s.retry = w.cfg.Retry > 0 && rng.Float64() < w.cfg.Retry
+	if order := w.order[s.itemID]; len(order) > 0 {
+		s.instance = order[0]
+	}
 	return s
 }
 
-// execute sends one purchase and records it. With -retry it is sent twice, the copy to the next
-// instance as a client retrying through a load balancer would: for even purchase numbers both
-// at once (two requests in flight with one key), for odd ones one after the other.
+// execute sends one purchase and records it. With -retry it is sent twice, the copy where a
+// client retrying through a load balancer would reach: the next instance round-robin, the same
+// one routed by item. For even purchase numbers both copies go at once (two requests in flight
+// with one key), for odd ones one after the other.
 func (w *workload) execute(ctx context.Context, s spec) *purchase {
 	p := &purchase{Key: fmt.Sprintf("%s-%d", w.keyBase, s.seq), ItemID: s.itemID, Quantity: s.quantity, Instance: s.instance}
 	req := purchaseReq{ItemID: s.itemID, Quantity: s.quantity, Key: p.Key, Strategy: w.strategy, Work: w.work}
-	other := w.apis[(s.instance+1)%len(w.apis)]
+	other := s
+	if w.order == nil {
+		other.instance = (s.instance + 1) % len(w.apis)
+	}
 	switch {
 	case s.retry && s.seq%2 == 0:
 		var copyRes purchaseResult
 		done := make(chan struct{})
 		go func() { // owner: execute, which waits on done
 			defer close(done)
-			copyRes = other.purchase(ctx, req)
+			copyRes = w.send(ctx, other, req)
 		}()
-		r := w.apis[s.instance].purchase(ctx, req)
+		r := w.send(ctx, s, req)
 		<-done
 		p.Attempts = append(p.Attempts, r, copyRes)
 	case s.retry:
-		r := w.apis[s.instance].purchase(ctx, req)
+		r := w.send(ctx, s, req)
 		p.Attempts = append(p.Attempts, r)
 		if ctx.Err() == nil {
-			p.Attempts = append(p.Attempts, other.purchase(ctx, req))
+			p.Attempts = append(p.Attempts, w.send(ctx, other, req))
 		}
 	default:
-		p.Attempts = append(p.Attempts, w.apis[s.instance].purchase(ctx, req))
+		p.Attempts = append(p.Attempts, w.send(ctx, s, req))
 	}
 	for _, r := range p.Attempts {
 		w.record(r)
 	}
 	w.done.Add(1)
 	return p
+}
+
+// send sends req to the instance of s. Routed by item, a refused connection (the instance is
+// down) is sent to the next instance on the item's ring, as nginx's `proxy_next_upstream error`
+// does before the request has reached any (deploy/nginx.conf: two tries); the answer then
+// counts from the first try.
+func (w *workload) send(ctx context.Context, s spec, req purchaseReq) purchaseResult {
+	r := w.apis[s.instance].purchase(ctx, req)
+	if order := w.order[s.itemID]; len(order) > 1 && errors.Is(r.Err, syscall.ECONNREFUSED) {
+		first := r.Start
+		r = w.apis[order[1]].purchase(ctx, req)
+		r.Latency += r.Start.Sub(first)
+		r.Start = first
+	}
+	return r
+}
+
+// itemOrders returns, per item, the instances at urls in the order nginx's `hash $item_id
+// consistent` tries them, the instances named host:port as in an upstream's server lines.
+func itemOrders(urls []string, items []item) (map[int64][]int, error) {
+	names := make([]string, len(urls))
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("-route %s: instance URL %q has no host:port", RouteItem, raw)
+		}
+		names[i] = u.Host
+	}
+	ring := chash.New(names)
+	orders := make(map[int64][]int, len(items))
+	for _, it := range items {
+		orders[it.ID] = ring.Order(strconv.FormatInt(it.ID, 10))
+	}
+	return orders, nil
 }
 
 // run fires the workload until -requests purchases are done, -duration has passed or ctx ends.
@@ -186,7 +237,8 @@ func (w *workload) run(ctx context.Context, seed int64, hold <-chan struct{}) ti
 
 // runClosed: Concurrency workers, each sending its next purchase when the previous one is
 // answered. Worker i talks to instance i mod N, so requests spread round-robin over the
-// instances and a stalled instance stalls only its own workers (as behind a least-busy balancer).
+// instances and a stalled instance stalls only its own workers (as behind a least-busy balancer);
+// routed by item, each purchase goes to its item's instance instead.
 // Requests already sent when the duration ends are let finish (ctx, not runCtx, bounds them).
 func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64) {
 	var seq atomic.Int64
@@ -217,7 +269,8 @@ func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64)
 }
 
 // runOpen: purchases arrive at a fixed rate whatever the servers' speed, so slow answers show in
-// the latency instead of lowering the load. Purchase i goes to instance i mod N. At most
+// the latency instead of lowering the load. Purchase i goes to instance i mod N (routed by item:
+// to its item's instance). At most
 // Concurrency purchases are in flight; an arrival beyond that is counted as missed.
 func (w *workload) runOpen(ctx, runCtx context.Context, limit int, seed int64) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))

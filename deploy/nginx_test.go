@@ -1,0 +1,528 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/chash"
+	"github.com/stockguard/stockguard/internal/pgtest"
+	"github.com/stockguard/stockguard/internal/procutil"
+	"github.com/stockguard/stockguard/internal/redistest"
+)
+
+// These tests run the repository's nginx.conf in Debian's nginx, in front of three real
+// storefront processes sharing a private PostgreSQL and a redis-server, as docker-compose.yml
+// does with containers. Only what cannot be the same on loopback is changed: the replicas'
+// addresses (storefront-N:8080 become the test's ports), the listen port, and the paths nginx
+// would write outside its temporary prefix.
+
+var pg pgtest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pg.Close()
+	os.Exit(code)
+}
+
+const adminToken = "nginx-test-token"
+
+// replicas are the storefront services of docker-compose.yml, in nginx.conf's order.
+var replicas = []string{"storefront-1", "storefront-2", "storefront-3"}
+
+// TestNginxRoutesPurchasesByItem shows, through nginx with deploy/nginx.conf: every purchase of
+// one item reaches one replica, the items spread over the replicas, other requests are spread
+// over all of them; when a replica is killed its items (and only its items) move to another
+// replica with no purchase failing, and come back when it returns; nothing is oversold.
+func TestNginxRoutesPurchasesByItem(t *testing.T) {
+	nginxBin := nginxPath(t)
+	dir := t.TempDir()
+	bin := buildStorefront(t, dir)
+	dbURL := pg.Database(t)
+	rdb := redistest.Start(t)
+
+	fronts := make([]*storefront, len(replicas))
+	for i := range fronts {
+		fronts[i] = startStorefront(t, bin, dir, 0, dbURL, rdb.URL())
+	}
+	for _, f := range fronts {
+		f.waitReady(t)
+	}
+	ports := make([]int, len(fronts))
+	for i, f := range fronts {
+		ports[i] = f.port
+	}
+	ngx := startNginx(t, nginxBin, filepath.Join(dir, "nginx"), ports)
+	replicaOf := func(addr string) int { // the storefront index of an upstream address
+		for i, f := range fronts {
+			if addr == f.addr() {
+				return i
+			}
+		}
+		t.Fatalf("upstream %q is none of the storefronts", addr)
+		return -1
+	}
+
+	// The catalogue: 36 items of 1000 units, and a hot item of 40.
+	const spread = 36
+	var catalogue []item
+	newItems := make([]map[string]any, 0, spread+1)
+	for i := range spread {
+		newItems = append(newItems, map[string]any{"sku": fmt.Sprintf("N%02d", i), "name": "item", "stock": 1000, "price_cents": 100})
+	}
+	newItems = append(newItems, map[string]any{"sku": "HOT", "name": "hot item", "stock": 40, "price_cents": 100})
+	body, err := json.Marshal(map[string]any{"items": newItems})
+	require.NoError(t, err)
+	res := ngx.do(t, "POST", "/api/admin/reset", string(body), "Authorization: Bearer "+adminToken)
+	require.Equal(t, http.StatusOK, res.status, "%s", res.body)
+	require.NoError(t, json.Unmarshal(res.body, &catalogue))
+	require.Len(t, catalogue, spread+1)
+	var hot item
+	var items []item
+	for _, it := range catalogue {
+		if it.SKU == "HOT" {
+			hot = it
+		} else {
+			items = append(items, it)
+		}
+	}
+	require.NotZero(t, hot.ID)
+	sold := map[int64]int{} // 201 answers per item
+
+	// buy sends n concurrent purchases of item and returns, per purchase, the answer and the
+	// upstream that answered (after any retry).
+	buy := func(t *testing.T, id int64, n int) []answer {
+		t.Helper()
+		out := make([]answer, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for k := range n {
+			wg.Go(func() {
+				out[k], errs[k] = ngx.send("POST", fmt.Sprintf("/api/items/%d/purchase", id), `{"quantity":1}`,
+					"Idempotency-Key: "+randomID())
+			})
+		}
+		wg.Wait()
+		for k := range out {
+			require.NoError(t, errs[k])
+			out[k].upstreams = ngx.upstreamsOf(t, out[k].requestID)
+			if out[k].status == http.StatusCreated {
+				sold[id]++
+			}
+		}
+		return out
+	}
+	// route buys n units of item and returns the one replica that answered them all.
+	route := func(t *testing.T, id int64, n int) int {
+		t.Helper()
+		answers := buy(t, id, n)
+		seen := map[int]bool{}
+		for _, a := range answers {
+			require.Equal(t, http.StatusCreated, a.status, "item %d: %s", id, a.body)
+			seen[replicaOf(a.last())] = true
+		}
+		require.Len(t, seen, 1, "item %d: purchases reached replicas %v", id, seen)
+		for r := range seen {
+			return r
+		}
+		return -1
+	}
+
+	// 1. Each item's purchases reach one replica; the items spread over the replicas.
+	home := map[int64]int{}
+	perReplica := make([]int, len(fronts))
+	for _, it := range items {
+		home[it.ID] = route(t, it.ID, 3)
+		perReplica[home[it.ID]]++
+	}
+	t.Logf("items per replica: %v", perReplica)
+	// The load test's item routing (internal/chash) picks what nginx picked.
+	addrs := make([]string, len(fronts))
+	for i, f := range fronts {
+		addrs[i] = f.addr()
+	}
+	ring := chash.New(addrs)
+	for _, it := range items {
+		assert.Equal(t, ring.Pick(strconv.FormatInt(it.ID, 10)), home[it.ID], "item %d: chash and nginx disagree", it.ID)
+	}
+	for r, n := range perReplica {
+		assert.NotZero(t, n, "no item of %d hashed to %s", spread, replicas[r])
+	}
+	// Asked again, an item goes to the same replica.
+	for _, it := range items[:6] {
+		assert.Equal(t, home[it.ID], route(t, it.ID, 2), "item %d moved", it.ID)
+	}
+	// The hot item: 30 buyers at once, one replica.
+	hotHome := route(t, hot.ID, 30)
+
+	// 2. Other requests are spread over every replica.
+	reads := map[int]int{}
+	for range 12 {
+		res := ngx.do(t, "GET", "/api/items", "")
+		require.Equal(t, http.StatusOK, res.status)
+		reads[replicaOf(ngx.upstreamsOf(t, res.requestID)[0])]++
+	}
+	assert.Len(t, reads, len(fronts), "12 reads reached replicas %v", reads)
+
+	// 3. Kill the hot item's replica: its items move, each to one other replica, without a
+	// purchase failing; the other items stay where they were.
+	dead := hotHome
+	fronts[dead].kill(t)
+	t.Logf("killed %s (%s)", replicas[dead], fronts[dead].addr())
+	answers := buy(t, hot.ID, 30)
+	moved := map[int]bool{}
+	codes := map[int]int{}
+	for _, a := range answers {
+		codes[a.status]++
+		moved[replicaOf(a.last())] = true
+	}
+	assert.Equal(t, map[int]int{http.StatusCreated: 10, http.StatusConflict: 20}, codes,
+		"30 buyers of the hot item's last 10 units after its replica died")
+	require.Len(t, moved, 1, "the hot item's purchases reached replicas %v", moved)
+	assert.Equal(t, map[int]bool{ring.Order(strconv.FormatInt(hot.ID, 10))[1]: true}, moved,
+		"the hot item went to the next replica on the ring")
+	movedTo := map[int64]int{}
+	for _, it := range items {
+		r := route(t, it.ID, 2)
+		if home[it.ID] == dead {
+			assert.Equal(t, ring.Order(strconv.FormatInt(it.ID, 10))[1], r, "item %d: not the next replica on the ring", it.ID)
+			movedTo[it.ID] = r
+		} else {
+			assert.Equal(t, home[it.ID], r, "item %d moved although its replica is up", it.ID)
+		}
+	}
+
+	// 4. The replica comes back (same address): once nginx tries it again (fail_timeout), its
+	// items return to it.
+	fronts[dead] = startStorefront(t, bin, dir, fronts[dead].port, dbURL, rdb.URL())
+	fronts[dead].waitReady(t)
+	var back int64
+	for id := range movedTo {
+		back = id
+		break
+	}
+	require.NotZero(t, back, "no item but the hot one hashed to %s", replicas[dead])
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		a := buy(t, back, 1)[0]
+		require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+		if replicaOf(a.last()) == dead {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "item %d did not return to %s within 15s", back, replicas[dead])
+		time.Sleep(250 * time.Millisecond)
+	}
+	for _, it := range items {
+		assert.Equal(t, home[it.ID], route(t, it.ID, 1), "item %d after %s returned", it.ID, replicas[dead])
+	}
+
+	// 5. Nothing oversold: every unit sold has one order, and the stock is what is left.
+	var stats []struct {
+		ItemID        int64 `json:"item_id"`
+		InitialStock  int   `json:"initial_stock"`
+		Stock         int   `json:"stock"`
+		SoldUnits     int   `json:"sold_units"`
+		OrderCount    int   `json:"order_count"`
+		OversoldUnits int   `json:"oversold_units"`
+	}
+	res = ngx.do(t, "GET", "/api/stats", "")
+	require.Equal(t, http.StatusOK, res.status)
+	require.NoError(t, json.Unmarshal(res.body, &stats))
+	require.Len(t, stats, len(catalogue))
+	for _, s := range stats {
+		assert.Equal(t, sold[s.ItemID], s.SoldUnits, "item %d: units sold", s.ItemID)
+		assert.Equal(t, sold[s.ItemID], s.OrderCount, "item %d: orders", s.ItemID)
+		assert.Equal(t, s.InitialStock-sold[s.ItemID], s.Stock, "item %d: stock", s.ItemID)
+		assert.Zero(t, s.OversoldUnits, "item %d", s.ItemID)
+	}
+	assert.Equal(t, 40, sold[hot.ID], "the hot item sold out exactly")
+}
+
+type item struct {
+	ID  int64  `json:"id"`
+	SKU string `json:"sku"`
+}
+
+// answer is one response through nginx.
+type answer struct {
+	status    int
+	body      []byte
+	requestID string
+	upstreams []string // $upstream_addr: every replica tried, the answering one last
+}
+
+func (a answer) last() string { return a.upstreams[len(a.upstreams)-1] }
+
+// nginxPath returns Debian's nginx binary; a machine without it fails the test with the
+// package to install (make test installs it).
+func nginxPath(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("nginx"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
+		return "/usr/sbin/nginx"
+	}
+	t.Fatal("nginx not found: install the Debian package nginx-light (make system-packages does)")
+	return ""
+}
+
+// buildStorefront builds the storefront (the module's root package) into dir.
+func buildStorefront(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "stockguard")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+// process is a child process of the test, stopped when the test ends.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  *procutil.LimitedBuffer
+}
+
+// startProcess starts name in dir; its standard output goes to stdout, its standard error
+// is kept for the test's log.
+func startProcess(t *testing.T, dir string, stdout io.Writer, name string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(name, args...), done: make(chan struct{})}
+	p.out = &procutil.LimitedBuffer{Max: 64 << 10}
+	p.cmd.Dir = dir
+	p.cmd.Stdout = stdout
+	p.cmd.Stderr = p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	p.cmd.WaitDelay = 2 * time.Second
+	require.NoError(t, p.cmd.Start(), "start %s", name)
+	go func() { // owner: the process; ends when it exits (the cleanup makes sure it does)
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		procutil.Stop(p.cmd.Process, p.done, 5*time.Second)
+		if t.Failed() {
+			t.Logf("%s output:\n%s", filepath.Base(name), p.out)
+		}
+	})
+	return p
+}
+
+// storefront is one storefront process, as a compose replica runs it (no demo).
+type storefront struct {
+	*process
+	port int
+}
+
+func (f *storefront) addr() string { return "127.0.0.1:" + strconv.Itoa(f.port) }
+
+// startStorefront starts a replica on port (0: a free one).
+func startStorefront(t *testing.T, bin, dir string, port int, dbURL, redisURL string) *storefront {
+	t.Helper()
+	if port == 0 {
+		var err error
+		port, err = procutil.FreePort()
+		require.NoError(t, err)
+	}
+	f := &storefront{port: port}
+	f.process = startProcess(t, dir, io.Discard, bin, "--addr", f.addr(), "--db", dbURL, "--redis", redisURL,
+		"--admin-token", adminToken, "--log-level", "warn", "--shutdown-timeout", "5s")
+	return f
+}
+
+func (f *storefront) waitReady(t *testing.T) {
+	t.Helper()
+	hc := &http.Client{Timeout: time.Second}
+	require.Eventually(t, func() bool {
+		select {
+		case <-f.done:
+			t.Fatalf("storefront on %s exited: %s", f.addr(), f.out)
+		default:
+		}
+		res, err := hc.Get("http://" + f.addr() + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "storefront on %s not ready", f.addr())
+}
+
+// kill ends the replica as a crash would (SIGKILL) and waits until it is reaped and its port
+// refuses connections.
+func (f *storefront) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, f.cmd.Process.Kill())
+	<-f.done
+	_, err := net.DialTimeout("tcp", f.addr(), time.Second)
+	require.Error(t, err, "%s still accepts connections", f.addr())
+}
+
+// nginx is Debian's nginx running the repository's configuration.
+type nginx struct {
+	url string
+	hc  *http.Client
+	log *accessLog
+}
+
+// startNginx writes deploy/nginx.conf into prefix with the storefronts' ports, starts nginx
+// there and waits until it answers.
+func startNginx(t *testing.T, bin, prefix string, ports []int) *nginx {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(prefix, 0o700))
+	src, err := os.ReadFile("nginx.conf")
+	require.NoError(t, err)
+	port, err := procutil.FreePort()
+	require.NoError(t, err)
+	conf := string(src)
+	for i, name := range replicas {
+		from := name + ":8080"
+		require.Equal(t, 2, strings.Count(conf, from), "%s: once in each upstream", from)
+		conf = strings.ReplaceAll(conf, from, "127.0.0.1:"+strconv.Itoa(ports[i]))
+	}
+	require.Equal(t, 1, strings.Count(conf, "listen 80;"))
+	conf = strings.Replace(conf, "listen 80;", fmt.Sprintf("listen 127.0.0.1:%d;", port), 1)
+	// What a packaged nginx would write under /run and /var/lib goes under the prefix.
+	var head strings.Builder
+	fmt.Fprintf(&head, "daemon off;\nmaster_process on;\npid %s;\nlock_file %s;\n",
+		filepath.Join(prefix, "nginx.pid"), filepath.Join(prefix, "nginx.lock"))
+	if os.Geteuid() == 0 { // the workers would run as nobody, who cannot enter the test's 0700 directories
+		head.WriteString("user root;\n")
+	}
+	var temps strings.Builder
+	for _, kind := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		fmt.Fprintf(&temps, "  %s_temp_path %s;\n", kind, filepath.Join(prefix, kind))
+	}
+	require.Equal(t, 1, strings.Count(conf, "\nhttp {\n"))
+	conf = head.String() + strings.Replace(conf, "\nhttp {\n", "\nhttp {\n"+temps.String(), 1)
+	path := filepath.Join(prefix, "nginx.conf")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
+
+	out, err := exec.Command(bin, "-t", "-p", prefix, "-c", path, "-e", "stderr").CombinedOutput()
+	require.NoError(t, err, "nginx -t: %s\n%s", out, conf)
+
+	n := &nginx{url: fmt.Sprintf("http://127.0.0.1:%d", port), hc: &http.Client{Timeout: 30 * time.Second},
+		log: &accessLog{lines: map[string][]string{}}}
+	p := startProcess(t, prefix, n.log, bin, "-p", prefix, "-c", path, "-e", "stderr")
+	t.Cleanup(n.hc.CloseIdleConnections)
+	require.Eventually(t, func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("nginx exited: %s", p.out)
+		default:
+		}
+		res, err := n.hc.Get(n.url + "/healthz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "nginx not answering on %s", n.url)
+	return n
+}
+
+// do sends one request through nginx with a fresh X-Request-ID.
+func (n *nginx) do(t *testing.T, method, path, body string, headers ...string) answer {
+	t.Helper()
+	a, err := n.send(method, path, body, headers...)
+	require.NoError(t, err)
+	return a
+}
+
+// send is do for any goroutine.
+func (n *nginx) send(method, path, body string, headers ...string) (answer, error) {
+	a := answer{requestID: randomID()}
+	req, err := http.NewRequestWithContext(context.Background(), method, n.url+path, strings.NewReader(body))
+	if err != nil {
+		return a, err
+	}
+	req.Header.Set("X-Request-ID", a.requestID)
+	req.Header.Set("Content-Type", "application/json")
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ":")
+		req.Header.Set(k, strings.TrimSpace(v))
+	}
+	res, err := n.hc.Do(req)
+	if err != nil {
+		return a, err
+	}
+	defer res.Body.Close()
+	a.status = res.StatusCode
+	a.body, err = io.ReadAll(res.Body)
+	return a, err
+}
+
+// upstreamsOf waits for the access log line of a request and returns its upstream addresses.
+func (n *nginx) upstreamsOf(t *testing.T, requestID string) []string {
+	t.Helper()
+	var ups []string
+	require.Eventually(t, func() bool {
+		ups = n.log.upstreams(requestID)
+		return ups != nil
+	}, 5*time.Second, 5*time.Millisecond, "no access log line for request %s", requestID)
+	return ups
+}
+
+// accessLog reads nginx's access log (the "main" format of nginx.conf, on its stdout).
+type accessLog struct {
+	mu    sync.Mutex
+	part  []byte
+	lines map[string][]string // request id -> $upstream_addr, split
+}
+
+var accessRE = regexp.MustCompile(`upstream=(.*) upstream_status=.* request_id=(\S+)$`)
+
+func (l *accessLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.part = append(l.part, p...)
+	for {
+		i := bytes.IndexByte(l.part, '\n')
+		if i < 0 {
+			break
+		}
+		if m := accessRE.FindStringSubmatch(string(l.part[:i])); m != nil {
+			// $upstream_addr lists the replicas tried, separated by ", ".
+			l.lines[m[2]] = strings.Split(m[1], ", ")
+		}
+		l.part = l.part[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *accessLog) upstreams(requestID string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines[requestID]
+}
+
+var idSeq struct {
+	sync.Mutex
+	n int
+}
+
+func randomID() string {
+	idSeq.Lock()
+	defer idSeq.Unlock()
+	idSeq.n++
+	return fmt.Sprintf("nginx-test-%d-%d", os.Getpid(), idSeq.n)
+}
