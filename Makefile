@@ -12,7 +12,8 @@ test: deps vet
 	$(GO) test -tags nodemo -count=1 . ./handlers ./inventory ./models ./locking
 
 ## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
-## lab's browser test (Debian packages redis-server, postgresql and chromium, installed with one
+## lab's browser test, nginx for the routing test (Debian packages redis-server, postgresql,
+## chromium and nginx-light, installed with one
 ## apt-get when missing and root). The tests start their own private servers (and a headless
 ## Chromium); nothing is started here.
 deps: system-packages
