@@ -67,7 +67,7 @@ func supervisorServe(stderr io.Writer) func(context.Context, config, func(string
 // started here (redis-server child, or in-process miniredis, which listens on loopback too).
 func supervisorRedis(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) (string, redis.UniversalClient, func(), error) {
 	urls := cfg.redisURLList()
-	rb, err := openRedis(ctx, urls, cfg.redisCluster, getenv, logger)
+	rb, err := openRedis(ctx, urls, cfg.redisCluster, getenv, logger, nil) // no breakers: the lab's own calls
 	if err != nil {
 		return "", nil, nil, err
 	}

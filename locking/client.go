@@ -88,6 +88,8 @@ type Client struct {
 	hooks       Hooks
 	notify      *notifier
 	family      familyConfig // spin mode, fair-lock queue timeout (options.go)
+	breakers    *Breakers    // nil: none (breaker.go)
+	debts       debts        // clean-ups that did not reach Redis (debts.go)
 	core, fair  *kind        // the kinds of Obtain and ObtainFair (kind.go, fair.go)
 }
 
@@ -106,7 +108,7 @@ func New(rdb redis.UniversalClient, opts *Options) *Client {
 		family:      opts.family(),
 	}
 	if opts != nil {
-		c.hooks = opts.Hooks
+		c.hooks, c.breakers = opts.Hooks, opts.Breakers
 	}
 	if c.callTimeout > c.lease/3 { // a renewal must end well inside the lease
 		c.callTimeout = max(c.lease/4, time.Millisecond)
