@@ -177,6 +177,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Debug:           held,
 		Events:          events,
 		Lease:           cfg.lockLease,
+		MaxPurchases:    cfg.maxPurchases,
 	})
 	return listenAndServe(ctx, cfg, handler, logger)
 }

@@ -62,6 +62,7 @@ var errorTable = []struct {
 	{ErrNotHeld, apiError{status: http.StatusConflict, code: "not_held"}},
 	{errPauseUnsupported, apiError{status: http.StatusConflict, code: "pause_unsupported"}},
 	{errShuttingDown, apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: true}},
+	{errAtCapacity, apiError{status: http.StatusServiceUnavailable, code: "at_capacity", retryAfter: true}},
 	{inventory.ErrInvalid, apiError{status: http.StatusBadRequest, code: "invalid_request"}},
 	{inventory.ErrNotFound, apiError{status: http.StatusNotFound, code: "not_found"}},
 	{inventory.ErrSoldOut, apiError{status: http.StatusConflict, code: "sold_out"}},

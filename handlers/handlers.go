@@ -82,6 +82,9 @@ type Config struct {
 	Events *Events
 	// Lease is the item locks' lease, shown by the lab (demo mode).
 	Lease time.Duration
+	// MaxPurchases bounds the purchases in flight in this process; past it a purchase is
+	// answered 503 at_capacity with Retry-After at once (shed.go). 0: no bound.
+	MaxPurchases int
 }
 
 // ginSetup sets Gin's process-wide settings once: release mode, no debug output.
@@ -97,7 +100,8 @@ type server struct {
 	debug           DebugSource
 	offered         map[string]bool // the service's strategies
 	hub             *Events
-	lab             *lab // demo mode only
+	lab             *lab            // demo mode only
+	bound           gin.HandlerFunc // purchases in flight (shed.go)
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
@@ -117,6 +121,7 @@ func New(cfg Config) http.Handler {
 		debug:           cfg.Debug,
 		offered:         make(map[string]bool),
 		hub:             cfg.Events,
+		bound:           purchaseBound(cfg.MaxPurchases),
 	}
 	for _, name := range cfg.Service.Strategies() {
 		s.offered[name] = true
@@ -143,7 +148,7 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	api := r.Group("/api")
 	api.GET("/items", small, s.listItems)
 	api.GET("/items/:id", small, s.getItem)
-	api.POST("/items/:id/purchase", small, s.purchase)
+	api.POST("/items/:id/purchase", s.bound, small, s.purchase)
 	api.GET("/orders", small, s.listOrders)
 	api.GET("/stats", small, s.stats)
 	api.POST("/admin/reset", limitBody(MaxResetBodyBytes), s.requireAdmin, s.reset)
