@@ -56,6 +56,7 @@ func hangDuration() time.Duration {
 }
 
 func startHangRun(t *testing.T, policy string, extra ...string) *hangRun {
+	t.Helper()
 	h := &hangRun{t: t, redis: redistest.Start(t)}
 	db := filepath.Join(t.TempDir(), "hang.db")
 	for i := range h.servers {
@@ -80,7 +81,8 @@ func startHangRun(t *testing.T, policy string, extra ...string) *hangRun {
 	return h
 }
 
-// buy runs 8 buyers (4 per storefront, 2 per item) until ctx ends.
+// buy runs 8 buyers until ctx ends: 4 per storefront, 2 per item, each item bought through
+// both storefronts.
 func (h *hangRun) buy(ctx context.Context) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for b := 0; b < 8; b++ {
@@ -88,7 +90,7 @@ func (h *hangRun) buy(ctx context.Context) *sync.WaitGroup {
 		go func() {
 			defer wg.Done()
 			srv := h.servers[b%2]
-			id := h.ids[b%4]
+			id := h.ids[(b/2)%4]
 			client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 			defer client.CloseIdleConnections()
 			for ctx.Err() == nil {
@@ -293,9 +295,11 @@ func TestRedisHangFail(t *testing.T) {
 
 // A partial hang: one storefront's Redis connections are black-holed (a partition), the
 // other's are not. The cut-off one sells degraded, the other under the lock, and the guard
-// and fence keep the total right.
+// and fence keep the total right. The locks the cut-off storefront held at the cut stay in
+// Redis until their lease ends (nobody can release them): with a 1s lease the other
+// storefront has them back before the window starts.
 func TestRedisPartialHang(t *testing.T) {
-	h := startHangRun(t, "guard")
+	h := startHangRun(t, "guard", "--lock-lease", "1s")
 	_, _, back, per := hangFigures(t, h, func() { require.NoError(t, h.links[0].Blackhole()) },
 		func() { require.NoError(t, h.links[0].Heal()) })
 	cut, other := per[0], per[1]

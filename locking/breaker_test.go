@@ -1,0 +1,184 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/redistest"
+)
+
+// transitions records a breaker's states.
+type transitions struct {
+	mu     sync.Mutex
+	states []BreakerState
+}
+
+func (tr *transitions) record(_ string, st BreakerState) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.states = append(tr.states, st)
+}
+
+func (tr *transitions) get() []BreakerState {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]BreakerState(nil), tr.states...)
+}
+
+// A Redis that hangs (SIGSTOP) opens its breaker after three timed-out calls; from then on a
+// lock call fails at once with ErrBreakerOpen, a waiter sleeping on a release message is woken
+// and fails too (instead of waiting out its wait limit as for a busy lock), and once the node
+// answers a probe closes the breaker. The attempts that timed out while it hung run when it
+// answers again; their clean-up is paid before the next attempt on the key, which takes the
+// lock at once instead of waiting out a lease held by nobody.
+func TestBreakerHungRedis(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	var tr transitions
+	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, OnState: tr.record})
+	defer brk.Close()
+	rdb := redis.NewClient(srv.Options())
+	defer rdb.Close()
+	b := brk.Watch("node", rdb)
+	const lease = 20 * time.Second
+	c := New(rdb, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond, Wait: 10 * time.Second, Breakers: brk})
+	defer c.Close()
+	other := New(srv.Client(t), &Options{Lease: lease}) // no breaker: the other process
+	defer other.Close()
+	ctx := ctxT(t, 30*time.Second)
+
+	busy, ghost := uniqueKey(t), uniqueKey(t)
+	held, err := other.Obtain(ctx, busy)
+	require.NoError(t, err)
+	defer func() { _ = held.Release(context.Background()) }()
+	waited := make(chan error, 1)
+	go func() { // waits for the busy key: a release message, or its wait limit of 10s
+		_, err := c.Obtain(ctx, busy)
+		waited <- err
+	}()
+	require.Eventually(t, func() bool { return c.notify.sleeping.Load() == 1 }, 2*time.Second, 5*time.Millisecond)
+
+	srv.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			srv.Resume()
+		}
+	}()
+	// Three failed calls in a row open it: the first attempt reaches the node (its acquire,
+	// the handshake of a new connection and its clean-up time out), the breaker is open
+	// within three.
+	_, err = c.TryObtain(ctx, ghost)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrBreakerOpen, "the first attempt reached the node")
+	for i := 0; i < 2 && b.State() == BreakerClosed; i++ {
+		_, _ = c.TryObtain(ctx, ghost)
+	}
+	opened := time.Now()
+	assert.Equal(t, BreakerOpen, b.State(), "three timeouts in a row")
+
+	start := time.Now()
+	_, err = c.TryObtain(ctx, ghost)
+	assert.ErrorIs(t, err, ErrBreakerOpen)
+	assert.Less(t, time.Since(start), 50*time.Millisecond, "refused at once")
+
+	select {
+	case err := <-waited:
+		assert.ErrorIs(t, err, ErrBreakerOpen, "the waiter tried again and was refused")
+		assert.NotErrorIs(t, err, ErrNotObtained)
+		assert.Less(t, time.Since(opened), time.Second)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter still sleeps on a release message the hung node will never send")
+	}
+
+	srv.Resume()
+	paused = false
+	require.Eventually(t, func() bool { return b.State() == BreakerClosed }, 2*time.Second, 5*time.Millisecond, "a probe closes it")
+	states := tr.get()
+	assert.Equal(t, BreakerOpen, states[0])
+	assert.Contains(t, states, BreakerHalfOpen)
+	assert.Equal(t, BreakerClosed, states[len(states)-1])
+
+	// The three attempts of the hang have now run in Redis (one may hold the key for its
+	// owner, whose clean-up could not be sent): the next attempt takes the lock.
+	l, err := c.TryObtain(ctx, ghost)
+	require.NoError(t, err, "the key is not held by an attempt given up during the hang")
+	require.NoError(t, l.Release(ctx))
+}
+
+// A holder whose renewals hang is told before its lease can end, breaker or not: the open
+// breaker refuses the renewals at once and the watchdog keeps its loss deadline. Its Release
+// goes through the open breaker (a clean-up), and reaches Redis once it answers.
+func TestBreakerHolderToldBeforeLeaseEnds(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond})
+	defer brk.Close()
+	rdb := redis.NewClient(srv.Options())
+	defer rdb.Close()
+	b := brk.Watch("node", rdb)
+	const lease = 1500 * time.Millisecond
+	c := New(rdb, &Options{Lease: lease, CallTimeout: 60 * time.Millisecond, Breakers: brk})
+	defer c.Close()
+	ctx := ctxT(t, 20*time.Second)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	obtained := time.Now()
+
+	srv.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			srv.Resume()
+		}
+	}()
+	for i := 0; i < 3; i++ { // open it
+		_, _ = c.TryObtain(ctx, key+"-other")
+	}
+	require.Equal(t, BreakerOpen, b.State())
+	select {
+	case <-l.Done():
+		assert.ErrorIs(t, l.Err(), ErrLost)
+		assert.Less(t, time.Since(obtained), lease, "told before the lease could end")
+	case <-time.After(2 * lease):
+		t.Fatal("the holder was not told")
+	}
+	srv.Resume()
+	paused = false
+	require.Eventually(t, func() bool { return b.State() == BreakerClosed }, 2*time.Second, 5*time.Millisecond)
+	assert.ErrorIs(t, l.Release(ctx), ErrNotHeld)
+	// The loss left the key to its forget; the next holder takes it at once.
+	l2, err := c.TryObtain(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, l2.Release(ctx))
+}
+
+// Reply errors (a script error, a missing key) are answers: they never open a breaker; a
+// caller that gave up (a cancelled context) says nothing of the node either.
+func TestBreakerCountsOnlyNodeFailures(t *testing.T) {
+	brk := NewBreakers(nil)
+	defer brk.Close()
+	rdb := newRedis(t, nil)
+	b := brk.Watch("node", rdb)
+	ctx := ctxT(t, 5*time.Second)
+	for i := 0; i < 10; i++ {
+		assert.ErrorIs(t, rdb.Get(ctx, uniqueKey(t)).Err(), redis.Nil)
+		assert.Error(t, rdb.Do(ctx, "NOSUCHCOMMAND").Err())
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for i := 0; i < 10; i++ {
+		assert.Error(t, rdb.Ping(cancelled).Err())
+	}
+	assert.Equal(t, BreakerClosed, b.State())
+	assert.Equal(t, map[string]BreakerState{"node": BreakerClosed}, brk.States())
+	assert.True(t, errors.Is(rdb.Ping(ctx).Err(), nil))
+}
