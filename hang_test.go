@@ -218,7 +218,7 @@ func dumpGoroutines(t *testing.T, name string) {
 
 // hangFigures runs healthy, then Redis hung (SIGSTOP) for hangDuration, then resumed, and
 // returns the healthy window, the hung window from 1.5s after the stop, and the recovery.
-func hangFigures(t *testing.T, h *hangRun, pause, resume func()) (healthy, hung window, back [2]time.Duration, perServer [2]window) {
+func hangFigures(t *testing.T, h *hangRun, pause, resume func(), during func()) (healthy, hung window, back [2]time.Duration, perServer [2]window) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wg := h.buy(ctx)
 	time.Sleep(500 * time.Millisecond) // warm up
@@ -228,7 +228,10 @@ func hangFigures(t *testing.T, h *hangRun, pause, resume func()) (healthy, hung 
 	pause()
 	time.Sleep(time.Second)
 	dumpGoroutines(t, t.Name()[strings.LastIndex(t.Name(), "/")+1:]+".goroutines.txt")
-	time.Sleep(hangDuration() - time.Second)
+	if during != nil {
+		during()
+	}
+	time.Sleep(hangDuration() - time.Since(stopped))
 	resumed := time.Now()
 	resume()
 	time.Sleep(3 * time.Second)
@@ -266,7 +269,20 @@ func hangFigures(t *testing.T, h *hangRun, pause, resume func()) (healthy, hung 
 // and nothing is oversold.
 func TestRedisHangGuard(t *testing.T) {
 	h := startHangRun(t, "guard")
-	healthy, hung, back, _ := hangFigures(t, h, h.redis.Pause, h.redis.Resume)
+	healthy, hung, back, _ := hangFigures(t, h, h.redis.Pause, h.redis.Resume, func() {
+		// The breaker is open: /readyz tells it without failing (the storefront sells), and
+		// the gauge of the node says 2.
+		var r struct {
+			Checks []struct {
+				Name  string `json:"name"`
+				OK    bool   `json:"ok"`
+				State string `json:"state"`
+			} `json:"checks"`
+		}
+		assert.Equal(t, http.StatusOK, h.servers[0].call("GET", "/readyz", "", &r))
+		assert.Contains(t, fmt.Sprint(r.Checks), "redis "+h.links[0].Addr+" false open")
+		assert.Contains(t, metricsText(t, h.servers[0]), `stockguard_redis_breaker_state{node="`+h.links[0].Addr+`"} 2`)
+	})
 	assert.GreaterOrEqual(t, hung.rate, 0.5*healthy.rate, "req/s while hung vs healthy")
 	assert.LessOrEqual(t, hung.p99, max(3*healthy.p99, 250*time.Millisecond), "p99 while hung")
 	assert.Zero(t, hung.s5xx, "5xx while hung: %v", hung.codes)
@@ -281,7 +297,9 @@ func TestRedisHangGuard(t *testing.T) {
 // within a second.
 func TestRedisHangFail(t *testing.T) {
 	h := startHangRun(t, "fail")
-	_, hung, back, _ := hangFigures(t, h, h.redis.Pause, h.redis.Resume)
+	_, hung, back, _ := hangFigures(t, h, h.redis.Pause, h.redis.Resume, func() {
+		assert.Equal(t, http.StatusServiceUnavailable, h.servers[0].call("GET", "/readyz", "", nil), "fail: not ready without Redis")
+	})
 	assert.Positive(t, hung.n)
 	assert.Equal(t, hung.n, hung.s5xx, "every answer while hung is a 503: %v", hung.codes)
 	assert.Equal(t, hung.n, hung.codes["unavailable"], "unavailable: %v", hung.codes)
@@ -301,7 +319,7 @@ func TestRedisHangFail(t *testing.T) {
 func TestRedisPartialHang(t *testing.T) {
 	h := startHangRun(t, "guard", "--lock-lease", "1s")
 	_, _, back, per := hangFigures(t, h, func() { require.NoError(t, h.links[0].Blackhole()) },
-		func() { require.NoError(t, h.links[0].Heal()) })
+		func() { require.NoError(t, h.links[0].Heal()) }, nil)
 	cut, other := per[0], per[1]
 	assert.Positive(t, cut.ok)
 	assert.Equal(t, cut.ok, cut.degraded, "the cut-off storefront sells degraded")
