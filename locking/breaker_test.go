@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,4 +182,57 @@ func TestBreakerCountsOnlyNodeFailures(t *testing.T) {
 	assert.Equal(t, BreakerClosed, b.State())
 	assert.Equal(t, map[string]BreakerState{"node": BreakerClosed}, brk.States())
 	assert.True(t, errors.Is(rdb.Ping(ctx).Err(), nil))
+}
+
+// On a Cluster each master has its breaker (WatchCluster): a hung master fails the locks of
+// its slots at once, and the locks of the other masters' slots are taken as before. The
+// cluster's own failure detection (cluster-node-timeout 1s in these tests) would soon refuse
+// every slot, so the test acts within that second.
+func TestBreakerPerClusterMaster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond})
+	defer brk.Close()
+	o := &redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true, DialTimeout: time.Second,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: -1}
+	brk.WatchCluster(o)
+	rdb := redis.NewClusterClient(o)
+	defer rdb.Close()
+	c := New(rdb, &Options{Lease: 10 * time.Second, CallTimeout: 60 * time.Millisecond})
+	defer c.Close()
+	ctx := ctxT(t, 20*time.Second)
+
+	// One key per master, found through the cluster's slot map.
+	byMaster := map[string]string{}
+	for i := 0; len(byMaster) < len(cl.Nodes) && i < 1000; i++ {
+		key := uniqueKey(t)
+		m, err := rdb.MasterForKey(ctx, c.RedisKey(key))
+		require.NoError(t, err)
+		if _, ok := byMaster[m.Options().Addr]; !ok {
+			byMaster[m.Options().Addr] = key
+			l, err := c.Obtain(ctx, key) // the node clients exist, each with its breaker
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+		}
+	}
+	require.Len(t, byMaster, len(cl.Nodes))
+	hung := cl.Nodes[0]
+	require.NoError(t, hung.Signal(syscall.SIGSTOP))
+	defer func() { _ = hung.Signal(syscall.SIGCONT) }()
+
+	for i := 0; i < 3 && brk.States()[hung.Addr] == BreakerClosed; i++ {
+		_, _ = c.TryObtain(ctx, byMaster[hung.Addr])
+	}
+	start := time.Now()
+	_, err := c.TryObtain(ctx, byMaster[hung.Addr])
+	assert.ErrorIs(t, err, ErrBreakerOpen, "the hung master's slots fail at once")
+	for addr, key := range byMaster {
+		if addr == hung.Addr {
+			continue
+		}
+		l, err := c.TryObtain(ctx, key)
+		require.NoError(t, err, "a healthy master's slot: %s", addr)
+		require.NoError(t, l.Release(ctx))
+		assert.Equal(t, BreakerClosed, brk.States()[addr])
+	}
+	assert.Less(t, time.Since(start), 500*time.Millisecond)
 }
