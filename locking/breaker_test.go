@@ -236,3 +236,50 @@ func TestBreakerPerClusterMaster(t *testing.T) {
 	}
 	assert.Less(t, time.Since(start), 500*time.Millisecond)
 }
+
+// Redlock: a hung node's open breaker is a failed vote at once; the quorum of the others
+// takes the lock, and the round sends no clean-up to the node that was refused.
+func TestBreakerRedlockVote(t *testing.T) {
+	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond})
+	defer brk.Close()
+	var nodes []redis.UniversalClient
+	var srvs []*redistest.Server
+	for i := 0; i < 3; i++ {
+		srv := redistest.Start(t)
+		rdb := redis.NewClient(srv.Options())
+		defer rdb.Close()
+		brk.Watch(srv.Addr(), rdb)
+		nodes, srvs = append(nodes, rdb), append(srvs, srv)
+	}
+	r := NewRedlock(nodes, &Options{Lease: 10 * time.Second, CallTimeout: 200 * time.Millisecond, Breakers: brk})
+	defer r.Close()
+	ctx := ctxT(t, 20*time.Second)
+	srvs[2].Pause()
+	defer srvs[2].Resume()
+	for i := 0; i < 5; i++ { // the hung node's calls time out in the background (late votes)
+		l, err := r.Obtain(ctx, uniqueKey(t))
+		require.NoError(t, err, "a quorum of 2 of 3")
+		require.NoError(t, l.Release(ctx))
+	}
+	require.Eventually(t, func() bool { return brk.States()[srvs[2].Addr()] != BreakerClosed },
+		time.Second, 5*time.Millisecond, "three timeouts in a row open it")
+	var refused []string
+	for i := 0; i < 5; i++ {
+		key := uniqueKey(t)
+		l, err := r.Obtain(ctx, key)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		refused = append(refused, key)
+	}
+	// Nothing of those rounds was sent to the hung node: once it answers, it has none of
+	// their keys (a call sent while it hung would run now).
+	srvs[2].Resume()
+	require.Eventually(t, func() bool { return brk.States()[srvs[2].Addr()] == BreakerClosed }, 2*time.Second, 5*time.Millisecond)
+	direct := srvs[2].Client(t)
+	for _, key := range refused {
+		k := KeysOf(DefaultKeyPrefix, key)
+		n, err := direct.Exists(ctx, k.Hash, k.Fence).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "%s reached the hung node", key)
+	}
+}
