@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
@@ -344,7 +343,8 @@ const (
 	outcomeNeutral                 // says nothing of the node (the caller gave up, the client closed)
 )
 
-// failed classifies the outcome of a call under ctx that returned err.
+// failed classifies the outcome of a call under ctx that returned err: a timeout, a network
+// error, no connection to be had (pool timeout), EOF or a reset are the node's failures.
 func failed(ctx context.Context, err error) outcome {
 	var re redis.Error
 	switch {
@@ -355,11 +355,7 @@ func failed(ctx context.Context, err error) outcome {
 	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
 		return outcomeNeutral
 	}
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) {
-		return outcomeFailed
-	}
-	return outcomeFailed // EOF, connection reset, any other transport failure
+	return outcomeFailed
 }
 
 // DialHook implements redis.Hook: dials go through (a refused dial fails the call, which is
