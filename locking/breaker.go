@@ -97,11 +97,12 @@ type Breakers struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the probe goroutines
 
-	mu     sync.Mutex
-	nodes  []*Breaker
-	open   int           // breakers not closed
-	opened chan struct{} // closed at the next transition to open, then replaced
-	closed bool
+	mu       sync.Mutex
+	nodes    []*Breaker
+	onClosed map[*Client]func() // run by a probe that closed a breaker: Clients pay their debts
+	open     int                // breakers not closed
+	opened   chan struct{}      // closed at the next transition to open, then replaced
+	closed   bool
 }
 
 // NewBreakers returns an empty set of breakers. Close stops their probes.
@@ -193,6 +194,43 @@ func (s *Breakers) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	return nil
+}
+
+// watchClient makes c pay its clean-up debts (debts.go) when a breaker closes, so that a key
+// held by an attempt given up during the hang is freed even if c never tries that key again.
+func (s *Breakers) watchClient(c *Client) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.onClosed == nil {
+		s.onClosed = make(map[*Client]func())
+	}
+	s.onClosed[c] = c.settleAll
+}
+
+// unwatchClient undoes watchClient (Client.Close).
+func (s *Breakers) unwatchClient(c *Client) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.onClosed, c)
+}
+
+// closedHooks runs the onClosed functions, on the probe goroutine that closed a breaker.
+func (s *Breakers) closedHooks() {
+	s.mu.Lock()
+	fs := make([]func(), 0, len(s.onClosed))
+	for _, f := range s.onClosed {
+		fs = append(fs, f)
+	}
+	s.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // wake returns a channel closed at the next transition of a breaker to open, and whether one
@@ -326,6 +364,7 @@ func (b *Breaker) probeLoop() {
 			s.open--
 			s.mu.Unlock()
 			s.log.Info("redis breaker closed: the node answers again", "node", b.node)
+			s.closedHooks()
 			return
 		}
 		b.setLocked(BreakerOpen)

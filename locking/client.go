@@ -115,6 +115,7 @@ func New(rdb redis.UniversalClient, opts *Options) *Client {
 	}
 	c.notify = newNotifier(rdb, c.log, c.callTimeout)
 	c.core, c.fair = c.coreKind(), c.fairKind()
+	c.breakers.watchClient(c) // undone by Close
 	if enabled, known := contextTimeoutEnabled(rdb); known && !enabled {
 		c.log.Warn("locking: the go-redis client has ContextTimeoutEnabled off; " +
 			"call timeouts are not enforced and a stalled Redis can outlast the lease")
@@ -134,10 +135,12 @@ func contextTimeoutEnabled(rdb redis.UniversalClient) (enabled, known bool) {
 	return false, false
 }
 
-// Close stops the shared subscription goroutine and waits for it. It does not release held
-// locks: each Lock owns its watchdog until Release. Obtain after Close returns ErrClosed.
+// Close stops the shared subscription goroutine and waits for it, and leaves the breakers of
+// Options.Breakers (the Client no longer pays its debts when one closes). It does not release
+// held locks: each Lock owns its watchdog until Release. Obtain after Close returns ErrClosed.
 // Close always returns nil.
 func (c *Client) Close() error {
+	c.breakers.unwatchClient(c)
 	c.notify.close()
 	return nil
 }

@@ -70,6 +70,27 @@ func (d *debts) take(k keys) []string {
 	return e.owners
 }
 
+// maxSettleAll bounds the debts settleAll pays at once.
+const maxSettleAll = 256
+
+// settleAll pays the debts of every key (at most maxSettleAll), when a breaker closes: the
+// node answers again, and a key held by an attempt given up during the hang is freed even if
+// this Client never tries that key again. A debt that fails again stays.
+func (c *Client) settleAll() {
+	c.debts.mu.Lock()
+	var ks []keys
+	for _, e := range c.debts.keys {
+		if len(ks) == maxSettleAll {
+			break
+		}
+		ks = append(ks, e.k)
+	}
+	c.debts.mu.Unlock()
+	for _, k := range ks {
+		c.settle(context.Background(), k)
+	}
+}
+
 // settle pays k's debts before an attempt on k: forget.lua for each owner, under ctx (an
 // open breaker refuses it at once: the debt is kept for the next attempt).
 func (c *Client) settle(ctx context.Context, k keys) {
