@@ -30,6 +30,8 @@ type config struct {
 	maxInflight     int
 	instances       int // --demo: supervise this many storefront processes (the lab, demo.go)
 	maxBatch        int
+	redisCall       time.Duration // --redis-call-timeout (breaker.go)
+	maxPurchases    int           // --max-purchases: purchases in flight per process, 0 = no bound
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 }
@@ -51,6 +53,8 @@ var envOf = map[string]string{
 	"max-inflight-per-item": "MAX_INFLIGHT_PER_ITEM",
 	"instances":             "INSTANCES",
 	"max-batch":             "MAX_BATCH",
+	"redis-call-timeout":    "REDIS_CALL_TIMEOUT",
+	"max-purchases":         "MAX_PURCHASES",
 	"log-level":             "LOG_LEVEL",
 	"shutdown-timeout":      "SHUTDOWN_TIMEOUT",
 }
@@ -85,6 +89,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
 	fs.IntVar(&c.maxBatch, "max-batch", inventory.DefaultMaxBatch, "most purchases of one item one lock hold of lock+guard sells (1 = one per hold)")
+	fs.DurationVar(&c.redisCall, "redis-call-timeout", DefaultRedisCallTimeout, "longest one lock call may wait for Redis; three failed calls in a row\n"+
+		"open the node's circuit breaker (lock calls then fail at once until a probe answers)")
+	fs.IntVar(&c.maxPurchases, "max-purchases", DefaultMaxPurchases, "most purchases in flight in this process; past it a purchase is answered\n"+
+		"503 at_capacity with Retry-After at once (0 = no bound)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envOf[f.Name] + "]" })
@@ -168,6 +176,10 @@ func (c config) validate() error {
 		return fmt.Errorf("--max-batch %d must be 1..10000", c.maxBatch)
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
+	case c.redisCall < 10*time.Millisecond || c.redisCall > 10*time.Second:
+		return fmt.Errorf("--redis-call-timeout %s must be 10ms..10s", c.redisCall)
+	case c.maxPurchases < 0:
+		return fmt.Errorf("--max-purchases %d is negative", c.maxPurchases)
 	case c.shutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout %s must be positive", c.shutdownTimeout)
 	}

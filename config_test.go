@@ -18,7 +18,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, config{
 		addr: ":8080", db: "stockguard.db", strategy: "lock+guard", onRedisDown: "fail", lockLease: 30 * time.Second,
 		lockWait: 5 * time.Second, logLevel: slog.LevelInfo, shutdownTimeout: 15 * time.Second,
-		dbStmtTimeout: 5 * time.Second, maxBatch: 64,
+		dbStmtTimeout: 5 * time.Second, maxBatch: 64, redisCall: 250 * time.Millisecond, maxPurchases: 1024,
 	}, c)
 	assert.Equal(t, 10*time.Second, c.writeTimeout())
 }
@@ -30,7 +30,7 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 		"DEMO": "true", "MAX_INFLIGHT_PER_ITEM": "8", "LOG_LEVEL": "debug", "SHUTDOWN_TIMEOUT": "3s",
 		"DB_POOL": "12", "DB_STATEMENT_TIMEOUT": "750ms",
 		"REDIS_CLUSTER": "true", "ON_REDIS_DOWN": "guard",
-		"MAX_BATCH": "1",
+		"MAX_BATCH": "1", "REDIS_CALL_TIMEOUT": "100ms", "MAX_PURCHASES": "32",
 	}
 	c, err := parseConfig([]string{"--addr", "127.0.0.1:0", "--demo=false"}, func(k string) string { return env[k] }, &bytes.Buffer{})
 	require.NoError(t, err)
@@ -43,6 +43,8 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 	assert.Equal(t, time.Second, c.lockWait)
 	assert.Equal(t, "t0k", c.adminToken)
 	assert.Equal(t, 8, c.maxInflight)
+	assert.Equal(t, 100*time.Millisecond, c.redisCall)
+	assert.Equal(t, 32, c.maxPurchases)
 	assert.Equal(t, 1, c.maxBatch)
 	assert.Equal(t, slog.LevelDebug, c.logLevel)
 	assert.Equal(t, 3*time.Second, c.shutdownTimeout)

@@ -52,7 +52,7 @@ func (s storefrontLab) Handlers(hcfg *handlers.Config, svc *inventory.Service) {
 // go to stderr, prefixed with their index.
 func labSupervise(stderr io.Writer) serveFunc {
 	return func(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) error {
-		rb, err := openRedis(ctx, cfg.redisURLList(), cfg.redisCluster, getenv, logger)
+		rb, err := openRedis(ctx, cfg.redisURLList(), cfg.redisCluster, getenv, logger, nil) // no breakers: the lab's own calls
 		if err != nil {
 			return err
 		}

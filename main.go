@@ -85,13 +85,16 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		logger.Info("database was empty: demo catalogue seeded", "backend", backend)
 	}
 
-	rb, err := openRedis(ctx, cfg.redisURLList(), cfg.redisCluster, getenv, logger)
+	reg := prometheus.NewRegistry()
+	brk := newBreakers(reg, logger) // breaker.go: one per Redis node
+	defer closeLogged(logger, "redis breakers", brk.Close)
+	rb, err := openRedis(ctx, cfg.redisURLList(), cfg.redisCluster, getenv, logger, brk)
 	if err != nil {
 		return err
 	}
 	defer rb.close()
 
-	metrics := handlers.NewMetrics(prometheus.NewRegistry())
+	metrics := handlers.NewMetrics(reg)
 	held := &inventory.LockSet{}
 	var extra demoStorefront // the demo's additions to this process: none without --demo
 	if cfg.demo && demo.storefront != nil {
@@ -105,11 +108,13 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 			hooks = locking.JoinHooks(hooks, extra.LockHooks())
 		}
 		return &locking.Options{
-			KeyPrefix: prefix,
-			Lease:     cfg.lockLease,
-			Wait:      cfg.lockWait,
-			Logger:    logger.With("component", component),
-			Hooks:     hooks,
+			KeyPrefix:   prefix,
+			Lease:       cfg.lockLease,
+			Wait:        cfg.lockWait,
+			CallTimeout: cfg.redisCall,
+			Breakers:    brk,
+			Logger:      logger.With("component", component),
+			Hooks:       hooks,
 		}
 	}
 	lockClient := locking.New(rb.client, lockOpts(inventory.LockKeyPrefix, "locking"))
@@ -124,9 +129,11 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	var admission inventory.Admission
 	if cfg.maxInflight > 0 {
 		sem := locking.NewSemaphore(rb.client, cfg.maxInflight, &locking.Options{
-			KeyPrefix: inventory.InflightKeyPrefix,
-			Lease:     cfg.lockLease,
-			Logger:    logger.With("component", "admission"),
+			KeyPrefix:   inventory.InflightKeyPrefix,
+			Lease:       cfg.lockLease,
+			CallTimeout: cfg.redisCall,
+			Breakers:    brk,
+			Logger:      logger.With("component", "admission"),
 		})
 		defer closeLogged(logger, "admission semaphore", sem.Close)
 		admission = inventory.NewAdmission(sem, 0)
@@ -146,7 +153,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		MaxBatch:     cfg.maxBatch,
 		Holds:        metrics,
 		Logger:       logger.With("component", "inventory"),
-		Checks:       rb.checks,
+		Checks:       breakerChecks(rb.checks, cfg.onRedisDown),
 		OnRedisDown:  cfg.onRedisDown,
 		WriteTimeout: cfg.writeTimeout(),
 	}
@@ -172,6 +179,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Logger:          logger,
 		Metrics:         metrics,
 		Debug:           held,
+		MaxPurchases:    cfg.maxPurchases,
 	}
 	if extra != nil {
 		extra.Handlers(&hcfg, svc)

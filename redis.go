@@ -15,6 +15,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/redisproc"
 	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
 )
 
 // Redis modes, as logged at start.
@@ -43,9 +44,9 @@ func (b *redisBackend) close() {
 // openRedis selects the Redis to use: the --redis URLs when given; else a redis-server child
 // on a free loopback port when redis-server is on PATH (as getenv sees it); else an
 // in-process miniredis whose clock follows real time.
-func openRedis(ctx context.Context, urls []string, cluster bool, getenv func(string) string, logger *slog.Logger) (*redisBackend, error) {
+func openRedis(ctx context.Context, urls []string, cluster bool, getenv func(string) string, logger *slog.Logger, brk *locking.Breakers) (*redisBackend, error) {
 	if len(urls) > 0 {
-		return dialRedis(ctx, urls, cluster, logger)
+		return dialRedis(ctx, urls, cluster, logger, brk)
 	}
 	b := &redisBackend{}
 	var srv *redisproc.Server
@@ -65,6 +66,7 @@ func openRedis(ctx context.Context, urls []string, cluster bool, getenv func(str
 	}
 	b.closers = append(b.closers, srv.Close)
 	c := redis.NewClient(clientOptions(&redis.Options{Addr: srv.Addr}))
+	brk.Watch(srv.Addr, c)
 	b.client, b.nodes = c, []redis.UniversalClient{c}
 	b.checks = []inventory.Check{pingCheck("redis "+srv.Addr, c)}
 	b.closers = append(b.closers, func() { _ = c.Close() })
@@ -102,10 +104,10 @@ func redisKindOf(raw string, cluster bool) (string, error) {
 // dialRedis builds one client per URL: a plain client, a Sentinel-backed failover client or
 // a cluster client, by redisKindOf. An unreachable node is logged, not fatal: /readyz reports
 // it and the lock strategies answer unavailable until it is back.
-func dialRedis(ctx context.Context, urls []string, cluster bool, logger *slog.Logger) (*redisBackend, error) {
+func dialRedis(ctx context.Context, urls []string, cluster bool, logger *slog.Logger, brk *locking.Breakers) (*redisBackend, error) {
 	b := &redisBackend{mode: redisModeURL}
 	for i, u := range urls {
-		kind, c, checks, err := dialOne(u, cluster)
+		kind, c, checks, err := dialOne(u, cluster, brk)
 		if err != nil {
 			b.close()
 			return nil, fmt.Errorf("--redis %q: %w", u, err)
@@ -132,7 +134,7 @@ func dialRedis(ctx context.Context, urls []string, cluster bool, logger *slog.Lo
 // dialOne builds the client of one --redis URL and the readiness checks of its nodes: the
 // server; the master (through Sentinel) and every Sentinel; every seed node and every master
 // of the cluster (CLUSTER SHARDS as the cluster client sees it).
-func dialOne(raw string, cluster bool) (string, redis.UniversalClient, []inventory.Check, error) {
+func dialOne(raw string, cluster bool, brk *locking.Breakers) (string, redis.UniversalClient, []inventory.Check, error) {
 	kind, err := redisKindOf(raw, cluster)
 	if err != nil {
 		return "", nil, nil, err
@@ -145,6 +147,7 @@ func dialOne(raw string, cluster bool) (string, redis.UniversalClient, []invento
 		}
 		failoverOptions(o)
 		c := redis.NewFailoverClient(o)
+		brk.Watch("master "+o.MasterName, c)
 		checks := []inventory.Check{pingCheck("redis master "+o.MasterName+" (via sentinel)", c)}
 		for _, addr := range o.SentinelAddrs {
 			checks = append(checks, sentinelCheck(addr, o))
@@ -156,6 +159,7 @@ func dialOne(raw string, cluster bool) (string, redis.UniversalClient, []invento
 			return "", nil, nil, err
 		}
 		clusterOptions(o)
+		brk.WatchCluster(o) // a breaker per node: items on healthy masters keep their locks
 		c := redis.NewClusterClient(o)
 		checks := []inventory.Check{{Name: "redis cluster masters", Ping: func(ctx context.Context) error {
 			return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
@@ -175,6 +179,7 @@ func dialOne(raw string, cluster bool) (string, redis.UniversalClient, []invento
 		return "", nil, nil, err
 	}
 	c := redis.NewClient(clientOptions(o))
+	brk.Watch(o.Addr, c)
 	return kind, c, []inventory.Check{pingCheck("redis "+o.Addr, c)}, nil
 }
 

@@ -91,6 +91,9 @@ type Config struct {
 	// Pages, when not nil, replaces the shop page at / (its files are served under /static/
 	// ahead of the shop's own).
 	Pages *Pages
+	// MaxPurchases bounds the purchases in flight in this process; past it a purchase is
+	// answered 503 at_capacity with Retry-After at once (shed.go). 0: no bound.
+	MaxPurchases int
 }
 
 // ginSetup sets Gin's process-wide settings once: release mode, no debug output.
@@ -108,6 +111,7 @@ type server struct {
 	intercept       func(*http.Request) (inventory.Interceptor, error)
 	extend          func(*gin.Engine)
 	pages           *Pages
+	bound           gin.HandlerFunc // purchases in flight (shed.go)
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
@@ -129,6 +133,7 @@ func New(cfg Config) http.Handler {
 		intercept:       cfg.Intercept,
 		extend:          cfg.Extend,
 		pages:           cfg.Pages,
+		bound:           purchaseBound(cfg.MaxPurchases),
 	}
 	for _, name := range cfg.Service.Strategies() {
 		s.offered[name] = true
@@ -152,7 +157,7 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	api := r.Group("/api")
 	api.GET("/items", small, s.listItems)
 	api.GET("/items/:id", small, s.getItem)
-	api.POST("/items/:id/purchase", small, s.purchase)
+	api.POST("/items/:id/purchase", s.bound, small, s.purchase)
 	api.GET("/orders", small, s.listOrders)
 	api.GET("/stats", small, s.stats)
 	api.POST("/admin/reset", limitBody(MaxResetBodyBytes), s.requireAdmin, s.reset)

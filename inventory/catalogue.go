@@ -153,14 +153,29 @@ type Check struct {
 
 // CheckResult is the outcome of one readiness check, as /readyz shows it.
 type CheckResult struct {
-	Name string `json:"name"`
-	OK   bool   `json:"ok"`
-	err  error
+	Name  string `json:"name"`
+	OK    bool   `json:"ok"`
+	State string `json:"state,omitempty"` // a failed check's CheckError.State ("open": its breaker is open)
+	err   error
 }
+
+// CheckError is a failure of a readiness check that has more to tell: a State to show (e.g.
+// "open": the Redis node's circuit breaker is open), and whether the service sells without
+// that backing service (Optional: the lock service under OnRedisDownGuard), in which case the
+// check shows as failed but readiness holds.
+type CheckError struct {
+	State    string
+	Optional bool
+	Err      error
+}
+
+func (e *CheckError) Error() string { return e.State + ": " + e.Err.Error() }
+
+func (e *CheckError) Unwrap() error { return e.Err }
 
 // Readiness runs every check at once, the database first in the list: each result says
 // whether it answered. err wraps ErrUnavailable and names every failed check, with its cause,
-// when one failed.
+// when one failed (but for an Optional CheckError, which is only shown).
 func (s *Service) Readiness(ctx context.Context) ([]CheckResult, error) {
 	all := append([]Check{{Name: "database", Ping: s.pingDB}}, s.checks...)
 	res := make([]CheckResult, len(all))
@@ -171,6 +186,13 @@ func (s *Service) Readiness(ctx context.Context) ([]CheckResult, error) {
 			defer wg.Done()
 			err := c.Ping(ctx)
 			res[i] = CheckResult{Name: c.Name, OK: err == nil, err: err}
+			var ce *CheckError
+			if errors.As(err, &ce) {
+				res[i].State = ce.State
+				if ce.Optional {
+					res[i].err = nil // shown, not failing
+				}
+			}
 		}()
 	}
 	wg.Wait()

@@ -88,6 +88,8 @@ type Client struct {
 	hooks       Hooks
 	notify      *notifier
 	family      familyConfig // spin mode, fair-lock queue timeout (options.go)
+	breakers    *Breakers    // nil: none (breaker.go)
+	debts       debts        // clean-ups that did not reach Redis (debts.go)
 	core, fair  *kind        // the kinds of Obtain and ObtainFair (kind.go, fair.go)
 }
 
@@ -106,13 +108,14 @@ func New(rdb redis.UniversalClient, opts *Options) *Client {
 		family:      opts.family(),
 	}
 	if opts != nil {
-		c.hooks = opts.Hooks
+		c.hooks, c.breakers = opts.Hooks, opts.Breakers
 	}
 	if c.callTimeout > c.lease/3 { // a renewal must end well inside the lease
 		c.callTimeout = max(c.lease/4, time.Millisecond)
 	}
 	c.notify = newNotifier(rdb, c.log, c.callTimeout)
 	c.core, c.fair = c.coreKind(), c.fairKind()
+	c.breakers.watchClient(c) // undone by Close
 	if enabled, known := contextTimeoutEnabled(rdb); known && !enabled {
 		c.log.Warn("locking: the go-redis client has ContextTimeoutEnabled off; " +
 			"call timeouts are not enforced and a stalled Redis can outlast the lease")
@@ -132,10 +135,12 @@ func contextTimeoutEnabled(rdb redis.UniversalClient) (enabled, known bool) {
 	return false, false
 }
 
-// Close stops the shared subscription goroutine and waits for it. It does not release held
-// locks: each Lock owns its watchdog until Release. Obtain after Close returns ErrClosed.
+// Close stops the shared subscription goroutine and waits for it, and leaves the breakers of
+// Options.Breakers (the Client no longer pays its debts when one closes). It does not release
+// held locks: each Lock owns its watchdog until Release. Obtain after Close returns ErrClosed.
 // Close always returns nil.
 func (c *Client) Close() error {
+	c.breakers.unwatchClient(c)
 	c.notify.close()
 	return nil
 }

@@ -84,10 +84,11 @@ func (c *Client) ttl(ctx context.Context, h *hold) (time.Duration, error) {
 // It leaves owner's tombstone (forget.lua): the lost call may not have reached Redis yet
 // (Redis may serve this call's connection first), and when it does it takes nothing.
 func (c *Client) forget(ctx context.Context, k keys, owner string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
+	cctx, cancel := c.bestEffort(ctx)
 	defer cancel()
-	_ = forgetScript.Run(cctx, c.rdb, []string{k.hash, k.gone(owner)}, owner, k.channel, "1",
+	err := forgetScript.Run(cctx, c.rdb, []string{k.hash, k.gone(owner)}, owner, k.channel, "1",
 		c.lease.Milliseconds()).Err()
+	c.debts.owe(k, owner, err) // paid before this Client's next attempt on k
 }
 
 // errAbandoned is the answer of an acquire whose owner's tombstone exists (forget.lua). Only

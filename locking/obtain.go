@@ -136,6 +136,7 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 	if err := ctx.Err(); err != nil { // nothing sent: nothing to clean up
 		return 0, sent, 0, errors.Join(ErrNotObtained, err)
 	}
+	c.settle(ctx, k) // clean-ups of k that did not reach Redis (debts.go)
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	sent = time.Now()

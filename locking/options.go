@@ -56,6 +56,13 @@ type Options struct {
 	// always waits this way (with the SpinOptions defaults when nil).
 	Spin *SpinOptions
 
+	// Breakers, if set, are the circuit breakers of the process's Redis nodes (installed on
+	// the go-redis clients with Breakers.Watch or WatchCluster): a waiter is woken when one of
+	// them opens, and sleeps at most one probe interval while one is open, so that it tries
+	// again and fails at once instead of sleeping on a release message a hung node will never
+	// send. Default nil: none.
+	Breakers *Breakers
+
 	// QueueTimeout is how long a fair-lock waiter (Client.ObtainFair) keeps its place in the
 	// queue without refreshing it: a waiter that vanishes (crash, partition) is dropped this
 	// long after its last attempt, and a live waiter refreshes its place every

@@ -218,7 +218,9 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 			if rep.err != nil {
 				errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
 			}
-			touched = append(touched, i) // the reply may be lost or late, not the acquire
+			if !errors.Is(rep.err, ErrBreakerOpen) { // an open breaker sent nothing
+				touched = append(touched, i) // the reply may be lost or late, not the acquire
+			}
 		case rep.res[0] == 1:
 			answered++
 			held, touched = append(held, i), append(touched, i)

@@ -38,9 +38,11 @@ func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Durati
 
 	timer := time.NewTimer(c.callTimeout)
 	defer timer.Stop()
+	opened, _ := c.breakers.wake()
 	select {
 	case <-w.ready:
 	case <-timer.C: // not confirmed yet: rely on the timer until it is
+	case <-opened: // the node hangs: the attempt below fails at once
 	case <-ctx.Done():
 		return errors.Join(ErrNotObtained, ctx.Err())
 	case <-limitC:
@@ -52,9 +54,17 @@ func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Durati
 	}
 	for {
 		if sleep > 0 {
+			// A breaker that opens wakes the waiter: its next attempt fails at once. While one
+			// is open, no sleep is longer than a probe interval (a hung node sends no message).
+			opened, open := c.breakers.wake()
+			if open {
+				sleep = min(sleep, c.breakers.probeInterval)
+			}
 			timer.Reset(sleep)
 			c.notify.sleeping.Add(1)
 			select {
+			case <-opened:
+				c.notify.sleeping.Add(-1)
 			case <-w.wake:
 				c.notify.sleeping.Add(-1)
 				c.notify.wokenByMessage.Add(1)
