@@ -327,7 +327,11 @@ func TestRedisPartialHang(t *testing.T) {
 	assert.Equal(t, cut.ok, cut.degraded, "the cut-off storefront sells degraded")
 	assert.Zero(t, cut.s5xx, "%v", cut.codes)
 	assert.Positive(t, other.ok)
-	assert.Zero(t, other.degraded, "the other storefront sells under the lock")
+	// The other storefront sells under the lock. A lock call of its own that outlives
+	// --redis-call-timeout on a loaded machine is rightly sold degraded (that is all an
+	// unreachable Redis looks like to one call), so a few are allowed; a storefront that
+	// caught the other's hang would sell every purchase degraded.
+	assert.LessOrEqual(t, other.degraded*50, other.ok, "the other storefront sells under the lock (at most 2%% degraded): %d of %d", other.degraded, other.ok)
 	assert.Zero(t, other.s5xx, "%v", other.codes)
 	assert.True(t, back[0] >= 0 && back[0] <= 5*time.Second, "locked sales back after %s", back[0])
 	assert.Zero(t, h.oversold())
