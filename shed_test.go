@@ -155,7 +155,7 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 	var slowest time.Duration
 	var shedLatency []time.Duration
 	deadline := time.After(90 * time.Second) // 2,000 connections at once on a loaded 2-core machine take a while to be answered
-	for shed+gaveUp < buyers-maxPurchases { // at most maxPurchases wait: the others are answered
+	for shed+gaveUp < buyers-maxPurchases {  // at most maxPurchases wait: the others are answered
 		select {
 		case a := <-answers:
 			require.Equal(t, http.StatusServiceUnavailable, a.status, "an answer while the database hangs: %+v", a)
