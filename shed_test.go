@@ -154,8 +154,9 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 	shed, gaveUp, running := 0, 0, 0
 	var slowest time.Duration
 	var shedLatency []time.Duration
-	deadline := time.After(90 * time.Second) // 2,000 connections at once on a loaded 2-core machine take a while to be answered
-	for shed+gaveUp < buyers-maxPurchases {  // at most maxPurchases wait: the others are answered
+	// 2,000 connections at once on a loaded 2-core machine take a while to be answered.
+	deadline := time.After(90 * time.Second)
+	for shed+gaveUp < buyers-maxPurchases { // at most maxPurchases wait: the others are answered
 		select {
 		case a := <-answers:
 			require.Equal(t, http.StatusServiceUnavailable, a.status, "an answer while the database hangs: %+v", a)
