@@ -143,7 +143,7 @@ func (c config) stallFor() time.Duration {
 
 func (c config) validate() error {
 	switch {
-	case !inventory.ValidStrategy(c.strategy):
+	case !inventory.ValidStrategy(c.strategy) && !inventory.DemoOnly(c.strategy):
 		return fmt.Errorf("unknown strategy %q", c.strategy)
 	case inventory.DemoOnly(c.strategy) && !c.demo:
 		return fmt.Errorf("strategy %q is demo-only (it exists to be seen failing or compared): it needs --demo", c.strategy)
@@ -191,6 +191,9 @@ func (c config) redisURLList() []string {
 func strategyNames() string {
 	var names []string
 	for _, st := range inventory.StrategyTable() {
+		names = append(names, st.Name)
+	}
+	for _, st := range inventory.DemoStrategies(inventory.DemoDeps{}) {
 		names = append(names, st.Name)
 	}
 	return strings.Join(names, ", ")

@@ -7,10 +7,11 @@ import (
 	"github.com/stockguard/stockguard/pitfalls"
 )
 
-// demoStrategies builds what the demo-only strategies sell with (--demo only): the broken
-// locks of package pitfalls, each under its own key prefix, with the storefront's lease as
-// their fixed lease and its lock wait, and the Redis stock mirror.
-func demoStrategies(cfg config, rdb redis.UniversalClient) (map[string]inventory.Locker, inventory.StockMirror) {
+// demoStrategies returns the demo rows of the strategies table (--demo only), for
+// inventory.Config.Extra, over the broken locks of package pitfalls, each under its own key
+// prefix, with the storefront's lease as their fixed lease and its lock wait, and the Redis
+// stock mirror.
+func demoStrategies(cfg config, rdb redis.UniversalClient) []inventory.Strategy {
 	opts := func(name string) pitfalls.Options {
 		return pitfalls.Options{KeyPrefix: inventory.PitfallKeyPrefix(name), Lease: cfg.lockLease, Wait: cfg.lockWait}
 	}
@@ -19,5 +20,5 @@ func demoStrategies(cfg config, rdb redis.UniversalClient) (map[string]inventory
 		inventory.StrategyDelRelease:  pitfalls.NewDelRelease(rdb, opts(inventory.StrategyDelRelease)),
 		inventory.StrategyFixedLease:  pitfalls.NewFixedLease(rdb, opts(inventory.StrategyFixedLease)),
 	}
-	return lockers, pitfalls.NewMirror(rdb, inventory.StockKeyPrefix)
+	return inventory.DemoStrategies(inventory.DemoDeps{Pitfalls: lockers, Mirror: pitfalls.NewMirror(rdb, inventory.StockKeyPrefix)})
 }

@@ -29,15 +29,16 @@ func labHooks(events *handlers.Events) locking.Hooks {
 	return inventory.ObserverHooks(events)
 }
 
-// labStall sets up what demo mode adds to the inventory service: the events as its observer,
-// and the stall fault, whose locks come from a second lock client on the same Redis and key
-// prefix with the watchdog off, so that a stalled holder's lease runs out as it would if a
-// stop-the-world pause had stopped its watchdog too. The caller closes the returned client.
-func labStall(icfg *inventory.Config, cfg config, events *handlers.Events, rdb redis.UniversalClient, opts *locking.Options) *locking.Client {
+// labStall sets up what demo mode adds: the events as the inventory service's observer, and
+// the stall fault of the handlers, whose locks come from a second lock client on the same
+// Redis and key prefix with the watchdog off, so that a stalled holder's lease runs out as it
+// would if a stop-the-world pause had stopped its watchdog too. The caller closes the
+// returned client.
+func labStall(icfg *inventory.Config, hcfg *handlers.Config, cfg config, events *handlers.Events, rdb redis.UniversalClient, opts *locking.Options) *locking.Client {
 	opts.DisableWatchdog = true
 	stall := locking.New(rdb, opts)
 	icfg.Observer = events
-	icfg.StallFor = cfg.stallFor()
-	icfg.StallLocker = inventory.NewLocker(stall)
+	hcfg.StallFor = cfg.stallFor()
+	hcfg.StallLocker = inventory.NewLocker(stall)
 	return stall
 }

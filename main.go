@@ -139,14 +139,14 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Logger:       logger.With("component", "inventory"),
 		Checks:       rb.checks,
 		OnRedisDown:  cfg.onRedisDown,
-		Demo:         cfg.demo,
 		WriteTimeout: cfg.writeTimeout(),
 	}
 	if cfg.demo {
-		icfg.Pitfalls, icfg.Mirror = demoStrategies(cfg, rb.client) // demo.go
+		icfg.Extra = demoStrategies(cfg, rb.client) // demo.go
 	}
+	var hcfg handlers.Config
 	if events != nil {
-		stallClient := labStall(&icfg, cfg, events, rb.client, lockOpts(inventory.LockKeyPrefix, "locking-stall"))
+		stallClient := labStall(&icfg, &hcfg, cfg, events, rb.client, lockOpts(inventory.LockKeyPrefix, "locking-stall"))
 		defer closeLogged(logger, "stall lock client", stallClient.Close)
 	}
 	svc, err := inventory.NewService(icfg)
@@ -160,17 +160,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		token = randomToken()
 		notice(logger, "no --admin-token or ADMIN_TOKEN: generated one for this run", "admin_token", token)
 	}
-	handler := handlers.New(handlers.Config{
-		Service:         svc,
-		AdminToken:      token,
-		Demo:            cfg.demo,
-		DefaultStrategy: cfg.strategy,
-		Logger:          logger,
-		Metrics:         metrics,
-		Debug:           held,
-		Events:          events,
-		Lease:           cfg.lockLease,
-	})
+	hcfg.Service, hcfg.AdminToken, hcfg.Demo, hcfg.DefaultStrategy = svc, token, cfg.demo, cfg.strategy
+	hcfg.Logger, hcfg.Metrics, hcfg.Debug, hcfg.Events, hcfg.Lease = logger, metrics, held, events, cfg.lockLease
+	handler := handlers.New(hcfg)
 	return listenAndServe(ctx, cfg, handler, logger)
 }
 

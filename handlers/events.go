@@ -116,7 +116,7 @@ func (e *Events) LockLost(key string, err error) {
 // Observe is the inventory service's Observer.
 func (e *Events) Observe(ev inventory.Event) {
 	out := Event{Kind: ev.Kind, Item: ev.ItemID, Strategy: ev.Strategy, Quantity: ev.Quantity,
-		Token: ev.Token, Seen: ev.Seen, OrderID: ev.OrderID, StallMS: ms(ev.Stall)}
+		Token: ev.Token, Seen: ev.Seen, OrderID: ev.OrderID}
 	if ev.Kind == inventory.EventOrder {
 		out.Remaining = &ev.Remaining
 	}

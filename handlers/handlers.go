@@ -82,6 +82,11 @@ type Config struct {
 	Events *Events
 	// Lease is the item locks' lease, shown by the lab (demo mode).
 	Lease time.Duration
+	// StallFor enables the stall fault (X-Fault: stall, demo mode) with this length; it should
+	// be longer than the lock's lease. StallLocker is the lock of stalled purchases of lock and
+	// lock+guard: a lock client with the same Redis and key prefix but no watchdog.
+	StallFor    time.Duration
+	StallLocker inventory.Locker
 }
 
 // ginSetup sets Gin's process-wide settings once: release mode, no debug output.
@@ -98,6 +103,8 @@ type server struct {
 	offered         map[string]bool // the service's strategies
 	hub             *Events
 	lab             *lab // demo mode only
+	stallFor        time.Duration
+	stallLocker     inventory.Locker
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
@@ -117,6 +124,8 @@ func New(cfg Config) http.Handler {
 		debug:           cfg.Debug,
 		offered:         make(map[string]bool),
 		hub:             cfg.Events,
+		stallFor:        cfg.StallFor,
+		stallLocker:     cfg.StallLocker,
 	}
 	for _, name := range cfg.Service.Strategies() {
 		s.offered[name] = true

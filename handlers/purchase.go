@@ -29,6 +29,10 @@ const (
 // the Idempotency-Key was already used for the same request.
 func (s *server) purchase(c *gin.Context) {
 	req, err := s.parsePurchase(c)
+	var fault inventory.Interceptor
+	if err == nil {
+		fault, err = s.faultOf(c.Request.Header)
+	}
 	if err != nil {
 		s.serverTiming(c, inventory.Spent{})
 		writeError(c, err)
@@ -36,7 +40,11 @@ func (s *server) purchase(c *gin.Context) {
 		return
 	}
 	start := time.Now()
-	receipt, err := s.svc.Purchase(c.Request.Context(), req)
+	ctx := c.Request.Context()
+	if fault != nil {
+		ctx = inventory.WithInterceptor(ctx, fault)
+	}
+	receipt, err := s.svc.Purchase(ctx, req)
 	if err != nil {
 		s.serverTiming(c, inventory.SpentOf(err))
 		writeError(c, err)
@@ -80,9 +88,6 @@ func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error
 	if req.Strategy, req.Work, err = s.demoHeaders(c.Request.Header); err != nil {
 		return req, err
 	}
-	if req.Stall, req.Crash, err = s.faultHeader(c.Request.Header); err != nil {
-		return req, err
-	}
 	req.Quantity, err = decodeQuantity(c.Request.Body)
 	return req, err
 }
@@ -123,23 +128,6 @@ func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration
 		}
 	}
 	return strategy, work, nil
-}
-
-// faultHeader reads X-Fault (demo mode only): "stall" asks for the stall fault, "crash" for
-// setnx-expire's crash fault (its holder dies between SETNX and EXPIRE).
-func (s *server) faultHeader(h http.Header) (stall, crash bool, err error) {
-	values, ok := h[http.CanonicalHeaderKey(headerFault)]
-	switch {
-	case !ok:
-		return false, false, nil
-	case !s.demo:
-		return false, false, fmt.Errorf("%w: %s is only accepted when the server runs with --demo", inventory.ErrInvalid, headerFault)
-	case len(values) == 1 && values[0] == faultStall:
-		return true, false, nil
-	case len(values) == 1 && values[0] == faultCrash:
-		return false, true, nil
-	}
-	return false, false, fmt.Errorf("%w: %s must be %q or %q", inventory.ErrInvalid, headerFault, faultStall, faultCrash)
 }
 
 // faultCrash is the X-Fault value of setnx-expire's crash fault (faultStall: lab_run.go).

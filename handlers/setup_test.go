@@ -70,7 +70,9 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = models.Close(db) })
 	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
-	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Demo: opts.demo, Holds: e.metrics}
+	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Holds: e.metrics}
+	var stallFor time.Duration
+	var stallLocker inventory.Locker
 	hooks := locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix))
 	if opts.demo {
 		e.events = handlers.NewEvents(opts.lease)
@@ -102,22 +104,27 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		if opts.demo && opts.lease > 0 { // the stall fault, as main wires it
 			stall := locking.New(rdb, lockOpts(true))
 			t.Cleanup(func() { _ = stall.Close() })
-			cfg.StallFor, cfg.StallLocker = 3*opts.lease, inventory.NewLocker(stall)
+			stallFor, stallLocker = 3*opts.lease, inventory.NewLocker(stall)
 		}
 		if opts.demo { // the demo strategies, as main wires them (demo.go)
 			po := func(name string) pitfalls.Options {
 				return pitfalls.Options{KeyPrefix: inventory.PitfallKeyPrefix(name),
 					Lease: cmp.Or(opts.lease, time.Second), Wait: cmp.Or(opts.lockWait, time.Second)}
 			}
-			cfg.Pitfalls = map[string]inventory.Locker{
-				inventory.StrategySetnxExpire: pitfalls.NewSetnxExpire(rdb, po(inventory.StrategySetnxExpire)),
-				inventory.StrategyDelRelease:  pitfalls.NewDelRelease(rdb, po(inventory.StrategyDelRelease)),
-				inventory.StrategyFixedLease:  pitfalls.NewFixedLease(rdb, po(inventory.StrategyFixedLease)),
-			}
-			cfg.Mirror = pitfalls.NewMirror(rdb, inventory.StockKeyPrefix)
+			cfg.Extra = inventory.DemoStrategies(inventory.DemoDeps{
+				Pitfalls: map[string]inventory.Locker{
+					inventory.StrategySetnxExpire: pitfalls.NewSetnxExpire(rdb, po(inventory.StrategySetnxExpire)),
+					inventory.StrategyDelRelease:  pitfalls.NewDelRelease(rdb, po(inventory.StrategyDelRelease)),
+					inventory.StrategyFixedLease:  pitfalls.NewFixedLease(rdb, po(inventory.StrategyFixedLease)),
+				},
+				Mirror: pitfalls.NewMirror(rdb, inventory.StockKeyPrefix),
+			})
 		}
 		cfg.Checks = []inventory.Check{{Name: "redis " + opts.redis.Addr(), Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}}
 		cfg.Default = inventory.StrategyLockGuard
+	}
+	if opts.demo && cfg.Extra == nil { // the demo strategies without Redis: unavailable
+		cfg.Extra = inventory.DemoStrategies(inventory.DemoDeps{})
 	}
 	if opts.defaultStrategy != "" {
 		cfg.Default = opts.defaultStrategy
@@ -138,6 +145,8 @@ func newEnv(t testing.TB, opts envOptions) *env {
 		Debug:           e.locks,
 		Events:          e.events,
 		Lease:           opts.lease,
+		StallFor:        stallFor,
+		StallLocker:     stallLocker,
 	})
 	e.srv = httptest.NewUnstartedServer(h)
 	e.srv.Config.WriteTimeout = opts.writeTimeout

@@ -11,21 +11,31 @@ import (
 	"time"
 )
 
-// The statements of a coalesced hold's write, in portable SQL (SQLite 3.35+ and PostgreSQL both
-// have INSERT ... ON CONFLICT DO NOTHING RETURNING). They run through database/sql, without
-// GORM's statement building: the profile of the hot item showed it (see README). The lookup of
-// an idempotency key, done for every purchase that has one, is here too.
+// The hand-written statements of the hot path, in portable SQL (SQLite 3.35+ and PostgreSQL
+// both have UPDATE ... RETURNING and INSERT ... ON CONFLICT DO NOTHING RETURNING). They run
+// through database/sql, without GORM's statement building: the profile of the hot item showed
+// it (see README).
 const (
 	sqlReadItem    = `SELECT stock, fence_token FROM items WHERE id = ?`
 	sqlInsertOrder = `INSERT INTO "orders" (item_id, quantity, strategy, fence_token, idempotency_key, fingerprint,
 		remaining, batch_id, degraded, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`
-	sqlGuardUpdate = `UPDATE items SET stock = stock - ?, updated_at = ?
+	// sqlGuardedUpdate is the database guard: the units are taken only when they are there.
+	sqlGuardedUpdate = `UPDATE items SET stock = stock - ?, updated_at = ?
 		WHERE id = ? AND stock >= ? RETURNING stock`
-	sqlBatchUpdate = `UPDATE items SET stock = stock - ?, fence_token = ?, updated_at = ?
+	// sqlFencedUpdate is the guard with the fence (Kleppmann's fencing token): it also requires
+	// fence_token < token and sets fence_token = token, so a holder whose lock was taken over by
+	// a newer token writes nothing. The comparison is strict: each hold writes once (a retry
+	// takes a new lock and so a new token), and a token equal to the stored one can only be a
+	// twin, issued again after Redis lost its counter while the first holder had not written
+	// yet (the floor, read from this row, cannot know of a token issued but not yet written).
+	// The twin that writes second is refused, so no two writes ever carry one token.
+	sqlFencedUpdate = `UPDATE items SET stock = stock - ?, fence_token = ?, updated_at = ?
 		WHERE id = ? AND stock >= ? AND fence_token < ? RETURNING stock`
-	sqlFixRemaining = `UPDATE orders SET remaining = remaining + ? WHERE batch_id = ? AND item_id = ?`
-	sqlOrderByKey   = `SELECT id, item_id, quantity, strategy, fence_token, fingerprint, remaining, degraded
+	// sqlGiveBack returns the units of the purchases of a write whose idempotency key was
+	// already taken (their orders were not inserted).
+	sqlGiveBack   = `UPDATE items SET stock = stock + ?, updated_at = ? WHERE id = ?`
+	sqlOrderByKey = `SELECT id, item_id, quantity, strategy, fence_token, fingerprint, remaining, degraded
 		FROM orders WHERE idempotency_key = ? LIMIT 1`
 )
 
@@ -51,99 +61,152 @@ func rebind(pg bool, q string) string {
 // newBatchID returns a positive id for one write transaction: the orders it stores carry it.
 func newBatchID() int64 { return rand.Int64N(1<<62) + 1 }
 
-// errStockMoved: the hold's guarded update found less stock than the hold read (another
-// writer, without the lock: guard or naive on the same item). The transaction was rolled back;
-// the worker reads again and admits again under the same hold.
-var errStockMoved = errors.New("inventory: the stock changed under the hold")
-
-// batchResult is one purchase's outcome in a hold's write.
+// batchResult is one purchase's outcome in a write of several.
 type batchResult struct {
 	rec Receipt
 	err error // errDuplicateKey when its idempotency key was already taken
 }
 
-// writeBatch writes the purchases ps of one hold of itemID in ONE transaction: the orders
-// first (one row each; a row whose idempotency key is already taken is left out, and its
-// purchase gets errDuplicateKey, which Service.Purchase turns into the replay of the key's
-// order), then one guarded, fenced update of the stock by the total inserted. stock is what
-// the hold read. When the update changes nothing, the transaction is rolled back and the error
-// tells why: ErrLockLost (a newer token wrote the item: this hold's lock was lost) or
-// errStockMoved.
-func (st store) writeBatch(ctx context.Context, itemID int64, stock int, ps []purchase, strategy string, token int64) ([]batchResult, error) {
+// writeOne is the guarded write of one purchase (guard, lock+guard one purchase per hold, the
+// degraded sale, redis-stock+guard): a write of a batch of one, fenced when token > 0.
+func (st store) writeOne(ctx context.Context, p purchase, strategy string, token int64) (Receipt, error) {
+	res, err := st.writeOrders(ctx, p.itemID, []purchase{p}, strategy, token)
+	if err != nil {
+		return Receipt{}, err
+	}
+	return res[0].rec, res[0].err
+}
+
+// writeOrders is the package's one guarded write, for one purchase (writeOne) as for the batch
+// of a coalesced hold of itemID: in ONE short transaction (sqlTx), the guarded update takes
+// the total quantity of ps off the stock (sqlFencedUpdate with the hold's token when token >
+// 0, sqlGuardedUpdate otherwise), then one order per purchase is inserted, in order, each
+// recording the stock left after it, all under one batch id. A purchase whose idempotency key
+// is already taken gets no order and errDuplicateKey (Service.Purchase turns it into the
+// replay of the key's order), and its units are given back in the same transaction; when no
+// order is inserted at all, the transaction is rolled back: stock and fence untouched.
+//
+// When the update changes nothing, nothing is written and the error is refusal's: a stale
+// fence (ErrLockLost), ErrSoldOut or ErrInsufficientStock for the total, or ErrNotFound.
+func (st store) writeOrders(ctx context.Context, itemID int64, ps []purchase, strategy string, token int64) ([]batchResult, error) {
 	out := make([]batchResult, len(ps))
+	total := 0
+	for _, p := range ps {
+		total += p.quantity
+	}
 	err := st.sqlTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := time.Now().UTC()
+		left, err := st.guardedUpdate(ctx, tx, itemID, total, token, now)
+		if err != nil {
+			return err
+		}
 		batch := newBatchID()
-		total := 0
+		stock, taken := left+total, 0 // the stock before this write; the units of taken keys
 		insert := tx.StmtContext(ctx, st.q.insertOrder)
 		for i, p := range ps {
 			var key any
 			if p.key != "" {
 				key = p.key
 			}
-			remaining := stock - total - p.quantity
 			var id int64
 			err := insert.QueryRowContext(ctx, itemID, p.quantity, strategy, token, key, p.fingerprint,
-				remaining, batch, false, now).Scan(&id)
+				stock-p.quantity, batch, p.degraded, now).Scan(&id)
 			if errors.Is(err, sql.ErrNoRows) { // the key is taken
 				out[i] = batchResult{err: errDuplicateKey}
+				taken += p.quantity
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			total += p.quantity
-			out[i] = batchResult{rec: Receipt{OrderID: id, ItemID: itemID, Quantity: p.quantity, Remaining: remaining,
-				FenceToken: token, Strategy: strategy}}
+			stock -= p.quantity
+			out[i] = batchResult{rec: Receipt{OrderID: id, ItemID: itemID, Quantity: p.quantity, Remaining: stock,
+				FenceToken: token, Strategy: strategy, Degraded: p.degraded}}
 		}
-		if total == 0 {
-			return nil // every key was taken: nothing to sell
-		}
-		var left int
-		err := tx.StmtContext(ctx, st.q.batchUpdate).QueryRowContext(ctx, total, token, now, itemID, total, token).Scan(&left)
-		if errors.Is(err, sql.ErrNoRows) {
-			var r row
-			err := tx.StmtContext(ctx, st.q.readItem).QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken)
-			if errors.Is(err, sql.ErrNoRows) { // gone since the hold read it (a catalogue reset)
-				return fmt.Errorf("%w: item %d", ErrNotFound, itemID)
-			}
-			if err != nil {
-				return err
-			}
-			if r.FenceToken >= token {
-				return &staleFenceError{itemID: itemID, token: token, seen: r.FenceToken}
-			}
-			return errStockMoved
-		}
-		if err != nil {
+		switch {
+		case taken == total:
+			return errNothingSold // every key was taken: roll back
+		case taken > 0:
+			_, err := tx.StmtContext(ctx, st.q.giveBack).ExecContext(ctx, taken, now, itemID)
 			return err
-		}
-		// Another writer changed the stock since the hold read it, and enough is still there:
-		// the sale stands, the remaining stock each order recorded moves by the difference.
-		if delta := left - (stock - total); delta != 0 {
-			if _, err := tx.StmtContext(ctx, st.q.fixRemaining).ExecContext(ctx, delta, batch, itemID); err != nil {
-				return err
-			}
-			for i := range out {
-				if out[i].err == nil {
-					out[i].rec.Remaining += delta
-				}
-			}
 		}
 		return nil
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errNothingSold):
+		return out, nil
+	case err != nil:
 		return nil, err
 	}
 	return out, nil
 }
+
+// errNothingSold rolls back a write whose every purchase found its idempotency key taken.
+var errNothingSold = errors.New("inventory: every idempotency key of the write was taken")
+
+// guardedUpdate runs the guarded update of writeOrders inside tx and returns the stock it
+// left. When it changes nothing, the item read right after, in the same transaction, tells
+// why (refusal); at READ COMMITTED a row that would pass now is updated again, twice at most.
+func (st store) guardedUpdate(ctx context.Context, tx *sql.Tx, itemID int64, quantity int, token int64, now time.Time) (int, error) {
+	for attempt := 0; ; attempt++ {
+		var res *sql.Row
+		if token > 0 {
+			res = tx.StmtContext(ctx, st.q.fencedUpdate).QueryRowContext(ctx, quantity, token, now, itemID, quantity, token)
+		} else {
+			res = tx.StmtContext(ctx, st.q.guardedUpdate).QueryRowContext(ctx, quantity, now, itemID, quantity)
+		}
+		var left int
+		err := res.Scan(&left)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return left, err
+		}
+		var r row
+		err = tx.StmtContext(ctx, st.q.readItem).QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken)
+		if errors.Is(err, sql.ErrNoRows) { // gone (a catalogue reset since the purchase read it)
+			return 0, fmt.Errorf("%w: item %d", ErrNotFound, itemID)
+		}
+		if err != nil {
+			return 0, err
+		}
+		if err := refusal(r, itemID, quantity, token); !errors.Is(err, errRaced) || attempt == 2 {
+			return 0, err
+		}
+	}
+}
+
+// refusal is the one explanation of a guarded update that changed nothing, from the item r
+// read right after it, for quantity units and the fence token (0: no fence):
+//   - the database has seen token or a newer one: the holder's lock was taken over (or its
+//     token is a twin), so its write is refused: a staleFenceError, which wraps ErrLockLost
+//     with both tokens (the service retries it once, under a new lock);
+//   - the stock is short: ErrSoldOut or ErrInsufficientStock (for a coalesced hold, which
+//     admitted its batch on the stock it read, the stock moved under the hold: another writer
+//     without the lock);
+//   - neither: errRaced.
+func refusal(r row, itemID int64, quantity int, token int64) error {
+	if token > 0 && r.FenceToken >= token {
+		return &staleFenceError{itemID: itemID, token: token, seen: r.FenceToken}
+	}
+	if err := checkStock(itemID, r.Stock, quantity); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: guarded update of item %d changed nothing (stock %d, fence %d)",
+		errRaced, itemID, r.Stock, r.FenceToken)
+}
+
+// errRaced: the row refused a guarded update, and a read right after finds it would pass.
+// Only at READ COMMITTED (PostgreSQL), where each statement sees the rows committed before it
+// started: a write that committed between the two statements (an unguarded write of naive,
+// local or lock raising the stock) explains it. Not reachable in an SQLite transaction, which
+// holds the write lock.
+var errRaced = errors.New("inventory: the row changed between the guarded update and its explanation")
 
 // statements are the hand-written statements of the hot path, prepared once per store in the
 // database's dialect (database/sql keeps one prepared copy per connection: SQLite through
 // mattn/go-sqlite3 has no statement cache of its own, and preparing each statement anew showed
 // in the profile).
 type statements struct {
-	readItem, insertOrder, guardUpdate, batchUpdate, fixRemaining, orderByKey *sql.Stmt
+	readItem, insertOrder, guardedUpdate, fencedUpdate, giveBack, orderByKey *sql.Stmt
 }
 
 func prepareStatements(ctx context.Context, db *sql.DB, pg bool) (*statements, error) {
@@ -151,8 +214,8 @@ func prepareStatements(ctx context.Context, db *sql.DB, pg bool) (*statements, e
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
-	}{{&q.readItem, sqlReadItem}, {&q.insertOrder, sqlInsertOrder}, {&q.guardUpdate, sqlGuardUpdate}, {&q.batchUpdate, sqlBatchUpdate},
-		{&q.fixRemaining, sqlFixRemaining}, {&q.orderByKey, sqlOrderByKey}} {
+	}{{&q.readItem, sqlReadItem}, {&q.insertOrder, sqlInsertOrder}, {&q.guardedUpdate, sqlGuardedUpdate},
+		{&q.fencedUpdate, sqlFencedUpdate}, {&q.giveBack, sqlGiveBack}, {&q.orderByKey, sqlOrderByKey}} {
 		stmt, err := db.PrepareContext(ctx, rebind(pg, p.sql))
 		if err != nil {
 			q.close()
@@ -167,7 +230,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, pg bool) (*statements, e
 // the database handle, which closes them with its connections, so that a Service keeps working
 // after Close for the strategies without workers).
 func (q *statements) close() {
-	for _, s := range []*sql.Stmt{q.readItem, q.insertOrder, q.guardUpdate, q.batchUpdate, q.fixRemaining, q.orderByKey} {
+	for _, s := range []*sql.Stmt{q.readItem, q.insertOrder, q.guardedUpdate, q.fencedUpdate, q.giveBack, q.orderByKey} {
 		if s != nil {
 			_ = s.Close()
 		}
@@ -184,7 +247,7 @@ func (st store) readFast(ctx context.Context, itemID int64) (row, error) {
 	return r, err
 }
 
-// sqlTx is tx over database/sql, for the hand-written statements of a hold's write: the same
+// sqlTx is tx over database/sql, for the hand-written statements of the guarded write: the same
 // write gate (SQLite only), the same deadline (writeTimeout, from BEGIN to COMMIT, whatever
 // ctx does once begun), the same errors (past the deadline: ErrUnavailable; a COMMIT whose
 // answer is lost: errOutcomeUnknown, never retried here).

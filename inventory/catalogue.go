@@ -91,7 +91,10 @@ func (s *Service) Stats(ctx context.Context) ([]ItemStats, error) {
 
 // Reset replaces the catalogue and deletes every order, in one transaction; each item's
 // initial stock is its stock. It fails with ErrInvalid when an item has an empty sku or name,
-// a negative stock or price, or when two items share a sku; nothing is changed then.
+// a negative stock or price, or when two items share a sku; nothing is changed then. Once the
+// new catalogue is committed, Reset calls the Resetter of every offered strategy that keeps
+// state outside the database (Strategy rows of Config.Extra); when one fails, the error wraps
+// ErrUnavailable and the catalogue stays reset.
 func (s *Service) Reset(ctx context.Context, items []NewItem) error {
 	rows := make([]models.Item, 0, len(items))
 	seen := make(map[string]bool, len(items))
@@ -124,16 +127,17 @@ func (s *Service) Reset(ctx context.Context, items []NewItem) error {
 	if err != nil {
 		return s.dbErr(err)
 	}
-	if err := s.purgePitfalls(ctx); err != nil {
-		return fmt.Errorf("%w: the catalogue is reset but the pitfall locks' keys are not deleted: %w", ErrUnavailable, err)
-	}
-	if s.mirror != nil {
+	if len(s.resets) > 0 {
 		stocks := make(map[int64]int, len(rows))
 		for _, r := range rows {
 			stocks[r.ID] = r.Stock
 		}
-		if err := s.mirror.Seed(ctx, stocks); err != nil {
-			return fmt.Errorf("%w: the catalogue is reset but its Redis stock mirror is not: %w", ErrUnavailable, err)
+		var errs []error
+		for _, r := range s.resets {
+			errs = append(errs, r.Reset(ctx, stocks))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("%w: the catalogue is reset but not what its strategies keep outside the database: %w", ErrUnavailable, err)
 		}
 	}
 	s.log.InfoContext(ctx, "catalogue reset", "items", len(rows))

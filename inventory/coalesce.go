@@ -31,7 +31,7 @@ type HoldObserver interface {
 // purchases in arrival order while they fit (answering the others sold out or insufficient
 // stock at once, with no work spent), runs the admitted purchases' work concurrently, each
 // under its buyer's context joined with the lock's, and writes every completed purchase in one
-// transaction (store.writeBatch). Then it releases the lock, so that other processes get their
+// transaction (store.writeOrders, the write of one purchase too). Then it releases the lock, so that other processes get their
 // turn, and serves the next batch. The fence check is unchanged: one write per hold, with the
 // hold's token, refused when a newer token has written.
 type coalesced struct {
@@ -246,7 +246,7 @@ func (s *coalesced) hold(q *itemQueue) {
 	if len(batch) == 0 {
 		return
 	}
-	replies, written = s.sell(ctx, lockCtx, held, q, r.Stock, batch)
+	replies, written = s.sell(ctx, lockCtx, held, q, batch)
 }
 
 // reply is an answer a hold gives once its lock is released.
@@ -328,7 +328,7 @@ func (s *coalesced) admit(q *itemQueue, stock int) []*waiter {
 
 // sell runs the batch's work and writes the purchases whose work completed; it returns the
 // batch's answers and the number of orders written.
-func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, stock int, batch []*waiter) ([]reply, int) {
+func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, batch []*waiter) ([]reply, int) {
 	replies := make([]reply, 0, len(batch))
 	var wg sync.WaitGroup
 	for _, w := range batch {
@@ -376,7 +376,9 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 		for i, w := range ready {
 			ps[i] = w.p
 		}
-		res, err := s.store.writeBatch(ctx, q.id, stock, ps, s.name, held.Token())
+		res, err := s.store.writeOrders(ctx, q.id, ps, s.name, held.Token())
+		// A short stock the hold did not read: another writer without the lock took stock.
+		moved := errors.Is(err, ErrSoldOut) || errors.Is(err, ErrInsufficientStock) || errors.Is(err, errRaced)
 		switch {
 		case err == nil:
 			written := 0
@@ -389,7 +391,7 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 			}
 			q.fence = held.Token()
 			return replies, written
-		case errors.Is(err, errStockMoved) && attempt < maxReadmits && lockCtx.Err() == nil:
+		case moved && attempt < maxReadmits && lockCtx.Err() == nil:
 			// Another writer took stock since the read: read again and admit again under the
 			// same hold, instead of refusing buyers who still fit.
 			r, rerr := s.store.readFast(lockCtx, q.id)
@@ -397,12 +399,12 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 				err = rerr
 				break
 			}
-			q.stock, stock = r.Stock, r.Stock
-			ready = readmit(q.id, stock, ready, &replies)
+			q.stock = r.Stock
+			ready = readmit(q.id, r.Stock, ready, &replies)
 			continue
-		case errors.Is(err, errStockMoved) && lockCtx.Err() != nil && ctx.Err() == nil:
+		case moved && lockCtx.Err() != nil && ctx.Err() == nil:
 			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
-		case errors.Is(err, errStockMoved):
+		case moved:
 			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, q.id)
 		}
 		// Event point: a fence refusal (ErrLockLost) or an error; nothing was written.

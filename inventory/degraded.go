@@ -42,6 +42,9 @@ func sellDegraded(ctx context.Context, d deps, p purchase, name string) (Receipt
 	if err := d.sleep(ctx, p.work); err != nil {
 		return Receipt{}, err
 	}
+	if err := p.beforeWrite(ctx, name); err != nil {
+		return Receipt{}, err
+	}
 	p.degraded = true
-	return d.store.writeGuarded(ctx, p, name)
+	return d.store.writeOne(ctx, p, name, 0)
 }

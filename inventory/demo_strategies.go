@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package inventory
 
 import (
@@ -17,15 +19,7 @@ type pitfallLock struct {
 }
 
 func (s pitfallLock) buy(ctx context.Context, p purchase) (Receipt, error) {
-	octx := ctx
-	if p.crash {
-		octx = withCrash(ctx) // the lock dies in Obtain and never comes back
-	}
-	// Its own broken lock, also under the stall fault (obtainObserved would take the real
-	// lock's stall locker): a pitfall lock is not renewed anyway.
-	s.emit(Event{Kind: EventWait, ItemID: p.itemID, Strategy: s.name, Quantity: p.quantity})
-	held, err := obtain(octx, s.locker, p.itemID, 0)
-	s.emit(Event{Kind: EventWaitEnd, ItemID: p.itemID, Strategy: s.name, Quantity: p.quantity, Err: err})
+	held, err := s.obtainObserved(ctx, s.locker, p, s.name, 0)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -55,10 +49,9 @@ func (s optimistic) buy(ctx context.Context, p purchase) (Receipt, error) {
 		if err := s.sleep(ctx, p.work); err != nil {
 			return Receipt{}, err
 		}
-		if err := s.stall(ctx, p, StrategyOptimistic); err != nil {
+		if err := p.beforeWrite(ctx, StrategyOptimistic); err != nil {
 			return Receipt{}, err
 		}
-		p.stall = false // the fault stops the first round only
 		rec, ok, err := s.store.writeVersioned(ctx, p, StrategyOptimistic, r)
 		if err != nil {
 			return Receipt{}, err
@@ -139,11 +132,11 @@ func (s redisStock) afterTake(ctx context.Context, p purchase) (Receipt, error) 
 	if err := s.sleep(ctx, p.work); err != nil {
 		return Receipt{}, err
 	}
-	if err := s.stall(ctx, p, s.name); err != nil {
+	if err := p.beforeWrite(ctx, s.name); err != nil {
 		return Receipt{}, err
 	}
 	if s.guard {
-		return s.store.writeGuarded(ctx, p, s.name)
+		return s.store.writeOne(ctx, p, s.name, 0)
 	}
 	return s.store.writeTaken(ctx, p, s.name)
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // Observer is told what happens to purchases, at the clear points of the strategies (the
-// demo lab streams it). Observe is called synchronously on the purchase's goroutine: it
+// lab streams it). Observe is called synchronously on the purchase's goroutine: it
 // must be quick and must not block. Config.Observer nil means no observer.
 type Observer interface {
 	Observe(Event)
@@ -18,7 +17,6 @@ type Observer interface {
 const (
 	EventWait         = "wait"          // a purchase starts waiting for the item's lock
 	EventWaitEnd      = "wait_end"      // that wait ended (the lock was obtained or not)
-	EventStall        = "stall"         // the demo stall fault stopped a purchase before its write
 	EventOrder        = "order"         // an order was written (Token: its fence token, 0 if none)
 	EventFenceRefused = "fence_refused" // the fence refused a stale write (Token, Seen); nothing written
 	EventSoldOut      = "sold_out"      // sold out or not enough stock; nothing written
@@ -31,12 +29,11 @@ type Event struct {
 	ItemID    int64
 	Strategy  string
 	Quantity  int
-	Token     int64         // order, fence_refused: the fence token the write carried
-	Seen      int64         // fence_refused: the token the database had already seen
-	OrderID   int64         // order
-	Remaining int           // order: the stock the write left
-	Stall     time.Duration // stall: how long the purchase stops
-	Err       error         // sold_out, error: why
+	Token     int64 // order, fence_refused: the fence token the write carried
+	Seen      int64 // fence_refused: the token the database had already seen
+	OrderID   int64 // order
+	Remaining int   // order: the stock the write left
+	Err       error // sold_out, error: why
 }
 
 // staleFenceError is the write a fence refused: it wraps ErrLockLost (the service retries it
@@ -81,33 +78,11 @@ func (d deps) emit(ev Event) {
 	}
 }
 
-// stall is the demo fault of a purchase that asked for it (PurchaseRequest.Stall): called
-// after the work and the last check of the lock, just before the write, it stops the
-// purchase for Config.StallFor without watching anything, as a stop-the-world pause would.
-// The lock of such a purchase comes from Config.StallLocker, which does not renew it, so its
-// lease runs out during the stall; the write that follows does not look at the lock again.
-// The caller's context still ends the stall (a client that gave up, a shutdown).
-func (d deps) stall(ctx context.Context, p purchase, strategy string) error {
-	if !p.stall || d.stallFor <= 0 {
-		return nil
-	}
-	d.emit(Event{Kind: EventStall, ItemID: p.itemID, Strategy: strategy, Quantity: p.quantity, Stall: d.stallFor})
-	return sleepCtx(ctx, d.stallFor)
-}
-
-// lockerFor returns the locker a purchase takes its lock from: the stall locker for a
-// purchase with the stall fault, when one is configured.
-func (d deps) lockerFor(p purchase, l Locker) Locker {
-	if p.stall && d.stallLocker != nil {
-		return d.stallLocker
-	}
-	return l
-}
-
-// obtainObserved is obtain, told to the observer as a wait and its end.
+// obtainObserved is obtain, through p's interceptor if it has one, told to the observer as a
+// wait and its end.
 func (d deps) obtainObserved(ctx context.Context, l Locker, p purchase, strategy string, floor int64) (Held, error) {
 	d.emit(Event{Kind: EventWait, ItemID: p.itemID, Strategy: strategy, Quantity: p.quantity})
-	held, err := obtain(ctx, d.lockerFor(p, l), p.itemID, floor)
+	held, err := obtain(ctx, p.lockerFor(strategy, l), p.itemID, floor)
 	d.emit(Event{Kind: EventWaitEnd, ItemID: p.itemID, Strategy: strategy, Quantity: p.quantity, Err: err})
 	return held, err
 }

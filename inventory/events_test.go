@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -18,19 +19,14 @@ import (
 type recorder struct {
 	mu     sync.Mutex
 	events []inventory.Event
-	stall  chan struct{} // closed at the first stall event
-	once   sync.Once
 }
 
-func newRecorder() *recorder { return &recorder{stall: make(chan struct{})} }
+func newRecorder() *recorder { return &recorder{} }
 
 func (r *recorder) Observe(ev inventory.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, ev)
 	r.mu.Unlock()
-	if ev.Kind == inventory.EventStall {
-		r.once.Do(func() { close(r.stall) })
-	}
 }
 
 func (r *recorder) kinds(kind string) []inventory.Event {
@@ -45,23 +41,52 @@ func (r *recorder) kinds(kind string) []inventory.Event {
 	return out
 }
 
-// stallService is a service with the demo stall fault, as main wires it: a lock client with
-// the watchdog, and a second one on the same Redis and prefix without it for stalled holders.
-func stallService(t *testing.T, srv *redistest.Server, lease time.Duration) (*inventory.Service, *recorder) {
+// stall is the interceptor of a stop-the-world pause before the write, as the lab builds its
+// stall fault on the Interceptor: the purchase's lock comes from a lock client on the same
+// Redis and prefix without the watchdog, and its first write attempt stops for a while
+// without watching anything, so that the lease runs out meanwhile.
+type stall struct {
+	locker  inventory.Locker // no watchdog
+	pause   time.Duration
+	once    sync.Once
+	stalled chan struct{} // closed when the pause begins
+}
+
+func (s *stall) Locker(string, inventory.Locker) inventory.Locker { return s.locker }
+
+func (s *stall) BeforeWrite(ctx context.Context, _ int64, _ string) error {
+	first := false
+	s.once.Do(func() { first = true; close(s.stalled) })
+	if !first {
+		return nil // the retry after a refused write is not stopped again
+	}
+	t := time.NewTimer(s.pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stallService is a service whose lock client has the watchdog, and the stall interceptor
+// over a second lock client on the same Redis and prefix without it.
+func stallService(t *testing.T, srv *redistest.Server, lease time.Duration) (*inventory.Service, *recorder, *stall) {
 	t.Helper()
 	db, _ := openDB(t, sqliteBackend)
 	rdb := warmClient(t, srv)
 	lc := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix, Lease: lease, Wait: 10 * lease})
-	stall := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix, Lease: lease, Wait: 10 * lease, DisableWatchdog: true})
-	t.Cleanup(func() { _ = lc.Close(); _ = stall.Close() })
+	noWatchdog := locking.New(rdb, &locking.Options{KeyPrefix: lockPrefix, Lease: lease, Wait: 10 * lease, DisableWatchdog: true})
+	t.Cleanup(func() { _ = lc.Close(); _ = noWatchdog.Close() })
 	rec := newRecorder()
-	return newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Observer: rec,
-		StallFor: 3 * lease, StallLocker: inventory.NewLocker(stall)}), rec
+	st := &stall{locker: inventory.NewLocker(noWatchdog), pause: 3 * lease, stalled: make(chan struct{})}
+	return newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Observer: rec}), rec, st
 }
 
 // stallRun sends one stalled purchase, waits until it stalls (holding the lock whose lease
 // runs out), then sends buyers more, and returns the stalled purchase's result.
-func stallRun(t *testing.T, s *inventory.Service, rec *recorder, strategy string, item int64, buyers int) (inventory.Receipt, error) {
+func stallRun(t *testing.T, s *inventory.Service, st *stall, strategy string, item int64, buyers int) (inventory.Receipt, error) {
 	t.Helper()
 	ctx := context.Background()
 	type result struct {
@@ -70,11 +95,11 @@ func stallRun(t *testing.T, s *inventory.Service, rec *recorder, strategy string
 	}
 	stalled := make(chan result, 1)
 	go func() {
-		r, err := s.Purchase(ctx, inventory.PurchaseRequest{ItemID: item, Quantity: 1, Strategy: strategy, Stall: true})
+		r, err := s.Purchase(inventory.WithInterceptor(ctx, st), inventory.PurchaseRequest{ItemID: item, Quantity: 1, Strategy: strategy})
 		stalled <- result{r, err}
 	}()
 	select {
-	case <-rec.stall:
+	case <-st.stalled:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stalled purchase never stalled")
 	}
@@ -92,13 +117,13 @@ func stallRun(t *testing.T, s *inventory.Service, rec *recorder, strategy string
 	return r.rec, r.err
 }
 
-// With the stall fault, lock writes stale every time: the stalled holder's lease runs out,
+// With a stall before the write, lock writes stale every time: the stalled holder's lease runs out,
 // the next buyers take the lock, and its write lands after theirs with an older token.
 func TestStallLockWritesStale(t *testing.T) {
 	srv := redistest.Start(t)
-	s, rec := stallService(t, srv, time.Second)
+	s, rec, fault := stallService(t, srv, time.Second)
 	item := resetItems(t, s, 10)[0]
-	stalledRec, err := stallRun(t, s, rec, inventory.StrategyLock, item, 4)
+	stalledRec, err := stallRun(t, s, fault, inventory.StrategyLock, item, 4)
 	require.NoError(t, err, "lock does not look at its lock after the stall: it writes")
 
 	orders := ordersOf(t, s, item)
@@ -115,13 +140,13 @@ func TestStallLockWritesStale(t *testing.T) {
 	assert.Len(t, rec.kinds(inventory.EventOrder), 5)
 }
 
-// With the stall fault, lock+guard's stale write is refused by the fence every time; the
+// With a stall before the write, lock+guard's stale write is refused by the fence every time; the
 // purchase is retried under a new lock and sells, and nothing is oversold or lost.
 func TestStallLockGuardFenceRefuses(t *testing.T) {
 	srv := redistest.Start(t)
-	s, rec := stallService(t, srv, time.Second)
+	s, rec, fault := stallService(t, srv, time.Second)
 	item := resetItems(t, s, 10)[0]
-	stalledRec, err := stallRun(t, s, rec, inventory.StrategyLockGuard, item, 4)
+	stalledRec, err := stallRun(t, s, fault, inventory.StrategyLockGuard, item, 4)
 	require.NoError(t, err, "the retry after the refusal sells")
 
 	refused := rec.kinds(inventory.EventFenceRefused)
@@ -138,12 +163,68 @@ func TestStallLockGuardFenceRefuses(t *testing.T) {
 	assert.Equal(t, len(rec.kinds(inventory.EventWait)), len(rec.kinds(inventory.EventWaitEnd)))
 }
 
-func TestStallNeedsStallFor(t *testing.T) {
+// recordingInterceptor records what it is asked and fails the write with err.
+type recordingInterceptor struct {
+	mu      sync.Mutex
+	lockers []string // the strategies Locker was asked for
+	writes  []string // the strategies BeforeWrite was asked for
+	err     error
+}
+
+func (r *recordingInterceptor) Locker(strategy string, l inventory.Locker) inventory.Locker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lockers = append(r.lockers, strategy)
+	return l
+}
+
+func (r *recordingInterceptor) BeforeWrite(_ context.Context, _ int64, strategy string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes = append(r.writes, strategy)
+	return r.err
+}
+
+// An interceptor is asked for the lock of the strategies that take one, and stands before
+// every write; its error ends the purchase with nothing written. A purchase without one, and
+// the coalesced path, never call it.
+func TestInterceptorStandsBeforeTheWrite(t *testing.T) {
+	srv := redistest.Start(t)
 	db, _ := openDB(t, sqliteBackend)
-	s := newService(t, inventory.Config{DB: db})
+	s, _ := lockService(t, db, srv, locking.Options{}, nil)
 	item := resetItems(t, s, 10)[0]
-	_, err := s.Purchase(context.Background(), inventory.PurchaseRequest{ItemID: item, Quantity: 1, Strategy: inventory.StrategyGuard, Stall: true})
-	assert.ErrorIs(t, err, inventory.ErrInvalid)
+	refused := errors.New("refused by the interceptor")
+	for _, name := range []string{inventory.StrategyNaive, inventory.StrategyGuard, inventory.StrategyLock, inventory.StrategyLockGuard} {
+		icpt := &recordingInterceptor{err: refused}
+		_, err := s.Purchase(inventory.WithInterceptor(t.Context(), icpt), inventory.PurchaseRequest{ItemID: item, Quantity: 1, Strategy: name})
+		require.ErrorIs(t, err, refused, name)
+		assert.Equal(t, []string{name}, icpt.writes, name)
+		if info := infoOf(t, s, name); info.Locks {
+			assert.Equal(t, []string{name}, icpt.lockers, name)
+		} else {
+			assert.Empty(t, icpt.lockers, name)
+		}
+	}
+	assert.Equal(t, 10, statsOf(t, s, item).Stock, "nothing written")
+	assert.Empty(t, ordersOf(t, s, item))
+
+	icpt := &recordingInterceptor{}
+	rec, err := s.Purchase(inventory.WithInterceptor(t.Context(), icpt), inventory.PurchaseRequest{ItemID: item, Quantity: 2, Strategy: inventory.StrategyLockGuard})
+	require.NoError(t, err)
+	assert.Positive(t, rec.FenceToken)
+	assert.Equal(t, 8, rec.Remaining)
+	assert.Equal(t, []string{inventory.StrategyLockGuard}, icpt.lockers)
+}
+
+func infoOf(t *testing.T, s *inventory.Service, name string) inventory.StrategyInfo {
+	t.Helper()
+	for _, info := range s.DescribeStrategies() {
+		if info.Name == name {
+			return info
+		}
+	}
+	t.Fatalf("strategy %q not offered", name)
+	return inventory.StrategyInfo{}
 }
 
 func TestObserverSeesSoldOut(t *testing.T) {

@@ -3,7 +3,7 @@ package inventory
 // Queued returns how many purchases wait in the coalescing queue of strategy for itemID in s
 // (tests use it to build a batch deterministically).
 func Queued(s *Service, strategy string, itemID int64) int {
-	r, ok := s.strategies[strategy].(faultRouter)
+	r, ok := s.strategies[strategy].(holdRouter)
 	if !ok {
 		return 0
 	}

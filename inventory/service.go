@@ -1,5 +1,3 @@
-// Package inventory is the purchase use-case of the storefront: the selling strategies, the
-// database guard, idempotency and the catalogue queries. It knows nothing of HTTP.
 package inventory
 
 import (
@@ -7,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
@@ -49,20 +49,9 @@ type Config struct {
 	// Observer, if set, is told of every purchase attempt's outcome and of lock waits
 	// (events.go). Default: none.
 	Observer Observer
-	// StallFor enables the demo stall fault (PurchaseRequest.Stall) with this length; it
-	// should be longer than the lock's lease. StallLocker is the Locker of stalled purchases
-	// of lock and lock+guard: a lock client with the same Redis and key prefix but no
-	// watchdog, so the lease runs out during the stall. Default: the fault is refused.
-	StallFor    time.Duration
-	StallLocker Locker
-	// Demo offers the demo-only strategies (demo.go); a production service never does.
-	Demo bool
-	// Pitfalls are the broken locks of the pitfall strategies (package pitfalls), by strategy
-	// name; a missing one answers ErrUnavailable.
-	Pitfalls map[string]Locker
-	// Mirror is the Redis copy of the stock of redis-stock, redis-stock+guard and watch; the
-	// catalogue reset seeds it. nil: they answer ErrUnavailable.
-	Mirror StockMirror
+	// Extra are strategies added after the built-in ones, in order (each offered under its own
+	// name, which must not repeat one offered already). Default: none.
+	Extra []Strategy
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: longer than the default statement
@@ -79,18 +68,17 @@ type Service struct {
 	checks     []Check
 	onDown     string
 	admission  Admission
-	mirror     StockMirror
-	pitfalls   map[string]Locker
 	strategies map[string]strategy
 	names      []string
-	keys       keyed[string] // idempotency keys in flight in this process
-	deps       deps          // what the strategies share; deps.observe reports each attempt
-	stallFor   time.Duration
-	life       *lifecycle // the coalescing workers
+	rows       []StrategyInfo // the offered rows, in table order
+	resets     []Resetter     // what the offered rows keep outside the database (Reset)
+	keys       keyed[string]  // idempotency keys in flight in this process
+	deps       deps           // what the strategies share; deps.observe reports each attempt
+	life       *lifecycle     // the coalescing workers
 }
 
-// NewService returns a Service over cfg. It fails when cfg.DB is nil or cfg.Default is not a
-// strategy the service offers.
+// NewService returns a Service over cfg. It fails when cfg.DB is nil, a name of cfg.Extra
+// repeats one offered already, or cfg.Default is not a strategy the service offers.
 func NewService(cfg Config) (*Service, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("inventory: Config.DB is nil")
@@ -121,7 +109,6 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		stallFor:  cfg.StallFor,
 		db:        cfg.DB,
 		store:     st,
 		life:      newLifecycle(),
@@ -130,20 +117,26 @@ func NewService(cfg Config) (*Service, error) {
 		checks:    cfg.Checks,
 		onDown:    cfg.OnRedisDown,
 		admission: cfg.Admission,
-		mirror:    cfg.Mirror,
-		pitfalls:  cfg.Pitfalls,
 	}
-	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger,
-		obs: cfg.Observer, stallFor: cfg.StallFor, stallLocker: cfg.StallLocker,
-		life: s.life, holds: cfg.Holds}
+	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger, obs: cfg.Observer, life: s.life, holds: cfg.Holds}
 	s.deps = d
-	s.strategies = make(map[string]strategy, len(strategyTable))
-	for _, st := range strategyTable {
-		if (st.Redlock && cfg.Redlock == nil) || (st.Demo && !cfg.Demo) {
+	table := append(append([]Strategy(nil), builtinStrategies...), cfg.Extra...)
+	s.strategies = make(map[string]strategy, len(table))
+	for _, st := range table {
+		if st.Redlock && cfg.Redlock == nil {
 			continue
+		}
+		if _, dup := s.strategies[st.Name]; dup || st.build == nil {
+			return nil, fmt.Errorf("inventory: strategy %q: offered twice, or not built by this package", st.Name)
 		}
 		s.strategies[st.Name] = st.build(d, cfg)
 		s.names = append(s.names, st.Name)
+		s.rows = append(s.rows, st.StrategyInfo)
+		for _, r := range st.resets {
+			if !slices.ContainsFunc(s.resets, func(o Resetter) bool { return sameResetter(o, r) }) {
+				s.resets = append(s.resets, r)
+			}
+		}
 	}
 	if _, ok := s.strategies[s.def]; !ok {
 		return nil, fmt.Errorf("inventory: default strategy %q is not offered (offered: %v)", s.def, s.names)
@@ -199,8 +192,7 @@ func (s *Service) purchase(ctx context.Context, req PurchaseRequest, sp *spent) 
 		work:        req.Work,
 		key:         req.IdempotencyKey,
 		fingerprint: fingerprint(req.ItemID, req.Quantity),
-		stall:       req.Stall,
-		crash:       req.Crash,
+		intercept:   interceptorOf(ctx),
 		spent:       sp,
 	}
 	if p.key == "" {
@@ -278,7 +270,6 @@ func (s *Service) run(ctx context.Context, st strategy, name string, p purchase)
 	for {
 		rec, err := st.buy(ctx, p)
 		s.deps.observe(p, name, rec, err)
-		p.stall = false // the fault stops the first attempt only
 		switch {
 		case err == nil:
 			s.log.DebugContext(ctx, "purchase", "item", p.itemID, "quantity", p.quantity, "strategy", name,
@@ -320,8 +311,6 @@ func (s *Service) validate(req *PurchaseRequest) (strategy, string, error) {
 		return nil, "", fmt.Errorf("%w: simulated work must be from 0s to %s, got %s", ErrInvalid, MaxWork, req.Work)
 	case len(req.IdempotencyKey) > MaxIdempotencyKey || !printableASCII(req.IdempotencyKey):
 		return nil, "", fmt.Errorf("%w: idempotency key must be 1 to %d printable ASCII characters", ErrInvalid, MaxIdempotencyKey)
-	case req.Stall && s.stallFor <= 0:
-		return nil, "", fmt.Errorf("%w: the stall fault is only offered in demo mode", ErrInvalid)
 	}
 	name := req.Strategy
 	if name == "" {
@@ -330,12 +319,6 @@ func (s *Service) validate(req *PurchaseRequest) (strategy, string, error) {
 	st, ok := s.strategies[name]
 	if !ok {
 		return nil, "", fmt.Errorf("%w: unknown strategy %q (offered: %v)", ErrInvalid, name, s.names)
-	}
-	if req.Stall && name == StrategyRedlockGuard {
-		return nil, "", fmt.Errorf("%w: the stall fault is not offered with %s", ErrInvalid, name)
-	}
-	if req.Crash && name != StrategySetnxExpire {
-		return nil, "", fmt.Errorf("%w: the crash fault applies to %s only", ErrInvalid, StrategySetnxExpire)
 	}
 	return st, name, nil
 }
@@ -374,4 +357,11 @@ func (s *Service) dbErr(err error) error {
 		return fmt.Errorf("%w: database: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// sameResetter reports whether a and b are the same Resetter (several rows may share one, as
+// the rows over one copy of the stock do): the same comparable value.
+func sameResetter(a, b Resetter) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta != nil && ta.Comparable() && a == b
 }

@@ -19,10 +19,9 @@ type purchase struct {
 	work        time.Duration
 	key         string // idempotency key; "" for none
 	fingerprint string
-	stall       bool   // the demo stall fault (events.go)
-	degraded    bool   // sold without the lock, Redis being unavailable (degraded.go)
-	crash       bool   // the demo crash fault of setnx-expire
-	spent       *spent // what it cost so far (Service.Purchase reports it); nil: not recorded
+	degraded    bool        // sold without the lock, Redis being unavailable (degraded.go)
+	intercept   Interceptor // from the purchase's context (WithInterceptor); nil: none
+	spent       *spent      // what it cost so far (Service.Purchase reports it); nil: not recorded
 }
 
 // row is what a strategy reads of an item.
@@ -112,113 +111,6 @@ func (st store) writeComputed(ctx context.Context, p purchase, strategy string, 
 		return err
 	})
 	return rec, err
-}
-
-// writeGuarded is the DB guard of guard: the conditional update and the order insert in one
-// short transaction. When no row is updated, one read tells why: ErrNotFound, ErrSoldOut or
-// ErrInsufficientStock.
-func (st store) writeGuarded(ctx context.Context, p purchase, strategy string) (Receipt, error) {
-	return st.guardedWrite(ctx, p, strategy, 0, func(ctx context.Context, tx *sql.Tx, now time.Time) *sql.Row {
-		return tx.StmtContext(ctx, st.q.guardUpdate).QueryRowContext(ctx, p.quantity, now, p.itemID, p.quantity)
-	})
-}
-
-// writeFenced is the DB guard of lock+guard and redlock+guard: the conditional update also
-// requires fence_token < token and sets fence_token = token, so a holder whose lock was taken
-// over by a newer token writes nothing (reported as ErrLockLost). The comparison is strict:
-// each hold writes once (a retry takes a new lock and so a new token), and a token equal to the
-// stored one can only be a twin, issued again after Redis lost its counter while the first
-// holder had not written yet (the floor, read from this row, cannot know of a token issued but
-// not yet written). The twin that writes second is refused, so no two writes ever carry one
-// token. (A coalesced hold writes its whole batch with the same statement: writeBatch.)
-func (st store) writeFenced(ctx context.Context, p purchase, strategy string, token int64) (Receipt, error) {
-	return st.guardedWrite(ctx, p, strategy, token, func(ctx context.Context, tx *sql.Tx, now time.Time) *sql.Row {
-		return tx.StmtContext(ctx, st.q.batchUpdate).QueryRowContext(ctx, p.quantity, token, now, p.itemID, p.quantity, token)
-	})
-}
-
-// guardedWrite runs update (a conditional UPDATE ... RETURNING stock, under the context it is
-// given: the transaction's, with its deadline) and inserts the order
-// in one short transaction; token 0 means no fence. Prepared, hand-written statements: this is
-// the hot transaction of guard, and GORM's Create showed in its profile.
-func (st store) guardedWrite(ctx context.Context, p purchase, strategy string, token int64,
-	update func(ctx context.Context, tx *sql.Tx, now time.Time) *sql.Row) (Receipt, error) {
-	var rec Receipt
-	err := st.sqlTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		for attempt := 0; ; attempt++ {
-			err := st.guardedOnce(ctx, tx, p, strategy, token, update, &rec)
-			// At READ COMMITTED (PostgreSQL) the read that explains a refused update sees rows
-			// committed after the update: if the row passes now, update again.
-			if !errors.Is(err, errRaced) || attempt == 2 {
-				return err
-			}
-		}
-	})
-	return rec, err
-}
-
-func (st store) guardedOnce(ctx context.Context, tx *sql.Tx, p purchase, strategy string, token int64,
-	update func(ctx context.Context, tx *sql.Tx, now time.Time) *sql.Row, rec *Receipt) error {
-	var remaining int
-	now := time.Now().UTC()
-	err := update(ctx, tx, now).Scan(&remaining) // ctx: the transaction's (its deadline)
-	if errors.Is(err, sql.ErrNoRows) {
-		r, err := st.readTx(ctx, tx, p.itemID)
-		if err != nil {
-			return err
-		}
-		return whyNotUpdated(r, p, token)
-	}
-	if err != nil {
-		return err
-	}
-	var key any
-	if p.key != "" {
-		key = p.key
-	}
-	var id int64
-	err = tx.StmtContext(ctx, st.q.insertOrder).QueryRowContext(ctx, p.itemID, p.quantity, strategy, token, key,
-		p.fingerprint, remaining, newBatchID(), p.degraded, now).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) { // the key is taken: the caller rolls back and replays it
-		return errDuplicateKey
-	}
-	if err != nil {
-		return err
-	}
-	*rec = Receipt{OrderID: id, ItemID: p.itemID, Quantity: p.quantity, Remaining: remaining, FenceToken: token,
-		Strategy: strategy, Degraded: p.degraded}
-	return nil
-}
-
-// readTx reads the item's stock and fence token inside tx.
-func (st store) readTx(ctx context.Context, tx *sql.Tx, itemID int64) (row, error) {
-	var r row
-	err := tx.StmtContext(ctx, st.q.readItem).QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken)
-	if errors.Is(err, sql.ErrNoRows) {
-		return row{}, fmt.Errorf("%w: item %d", ErrNotFound, itemID)
-	}
-	return r, err
-}
-
-// errRaced: the row refused a guarded update, and a read right after finds it would pass.
-// Only at READ COMMITTED (PostgreSQL), where each statement sees the rows committed before it
-// started: a write that committed between the two statements (an unguarded write of naive,
-// local or lock raising the stock) explains it.
-var errRaced = errors.New("inventory: the row changed between the guarded update and its explanation")
-
-// whyNotUpdated tells apart, from the item read once after it, the reasons a guarded update
-// changed nothing.
-func whyNotUpdated(r row, p purchase, token int64) error {
-	if err := checkStock(p.itemID, r.Stock, p.quantity); err != nil {
-		return err
-	}
-	if token > 0 && r.FenceToken >= token {
-		return &staleFenceError{itemID: p.itemID, token: token, seen: r.FenceToken}
-	}
-	// Not reachable in an SQLite transaction (it holds the write lock); at READ COMMITTED, a
-	// write committed since the update.
-	return fmt.Errorf("%w: guarded update of item %d changed nothing (stock %d, fence %d)",
-		errRaced, p.itemID, r.Stock, r.FenceToken)
 }
 
 func insertOrder(tx *gorm.DB, p purchase, strategy string, token int64, remaining int) (Receipt, error) {

@@ -23,83 +23,75 @@ type StrategyInfo struct {
 	HowIt   string // how it sells, in one line
 	Safe    bool   // never oversells, even when a lock is lost
 	Safety  string // when it oversells, or why it does not, in one line
+	Locks   bool   // takes a Redis lock on the item (its lock service comes through Interceptor.Locker)
 	Redlock bool   // offered only when Config.Redlock is set
-	Demo    bool   // demo only (demo.go): offered only when Config.Demo is set
-	// KeyPrefix is the prefix of the Redis keys of the strategy's own lock or mirror, for the
-	// demo strategies that have one ("" for the others).
+	// Demo marks a row that exists to be seen failing or to be compared, never to sell in a
+	// shop; no built-in row is one.
+	Demo bool
+	// KeyPrefix is the prefix of the Redis keys of the strategy's own lock or stock copy, for
+	// the rows that have one of their own ("" for the others).
 	KeyPrefix string
-
-	build func(d deps, cfg Config) strategy
 }
 
-// strategyTable is every strategy, in the order the service lists them (and README's table,
-// config's help text and the load test follow). It is the one place a strategy is declared.
-var strategyTable = []StrategyInfo{
-	{Name: StrategyNaive, HowIt: "read stock, check, work, write the computed stock", Safety: "oversells under any concurrency",
+// Strategy is one row of the strategies table together with what the service builds it
+// from. The built-in rows are this package's (StrategyTable); Config.Extra adds rows after
+// them. A Strategy is made by a constructor of this package, in the file of the plug-in that
+// offers it, since selling reaches the service's store and lock plumbing.
+type Strategy struct {
+	StrategyInfo
+	build func(d deps, cfg Config) strategy
+	// resets are what the row keeps outside the database (a lock's keys, a copy of the stock)
+	// and must start again from the new catalogue: Service.Reset calls each once.
+	resets []Resetter
+}
+
+// Resetter is implemented by what a plug-in strategy keeps outside the database (its lock's
+// keys, a copy of the stock) that a catalogue reset must start again: Service.Reset calls it,
+// after the new catalogue is committed, with the new items' stocks by id.
+type Resetter interface {
+	Reset(ctx context.Context, stocks map[int64]int) error
+}
+
+// builtinStrategies are the built-in rows, in the order the service lists them (and README's
+// table, config's help text and the load test follow). It is the one place a built-in
+// strategy is declared.
+var builtinStrategies = []Strategy{
+	{StrategyInfo: StrategyInfo{Name: StrategyNaive, HowIt: "read stock, check, work, write the computed stock", Safety: "oversells under any concurrency"},
 		build: func(d deps, _ Config) strategy { return naive{d} }},
-	{Name: StrategyLocal, HowIt: "naive inside a per-item sync.Mutex", Safety: "safe in one process, oversells across processes",
+	{StrategyInfo: StrategyInfo{Name: StrategyLocal, HowIt: "naive inside a per-item sync.Mutex", Safety: "safe in one process, oversells across processes"},
 		build: func(d deps, _ Config) strategy { return local{deps: d, mu: &keyed[int64]{}} }},
-	{Name: StrategyLock, HowIt: "naive inside the per-item Redis lock (watchdog), unconditional write", Safety: "oversells when the lock is lost unnoticed (a pause past the lease, a failover)",
+	{StrategyInfo: StrategyInfo{Name: StrategyLock, HowIt: "naive inside the per-item Redis lock (watchdog), unconditional write", Locks: true,
+		Safety: "oversells when the lock is lost unnoticed (a pause past the lease, a failover)"},
 		build: func(d deps, cfg Config) strategy { return lock{deps: d, locker: cfg.Locker} }},
-	{Name: StrategyGuard, HowIt: "work, then UPDATE ... WHERE stock >= ? and the order in one transaction", Safe: true, Safety: "safe: every conflict lands on the database",
+	{StrategyInfo: StrategyInfo{Name: StrategyGuard, HowIt: "work, then UPDATE ... WHERE stock >= ? and the order in one transaction", Safe: true,
+		Safety: "safe: every conflict lands on the database"},
 		build: func(d deps, _ Config) strategy { return guard{d} }},
-	{Name: StrategyLockGuard, HowIt: "Redis lock; inside it work, then the guarded update with the fence check (one hold sells to every waiting buyer)", Safe: true, Safety: "safe even when the lock is lost: a stale holder's write is refused",
+	{StrategyInfo: StrategyInfo{Name: StrategyLockGuard, HowIt: "Redis lock; inside it work, then the guarded update with the fence check (one hold sells to every waiting buyer)",
+		Safe: true, Locks: true, Safety: "safe even when the lock is lost: a stale holder's write is refused"},
 		build: func(d deps, cfg Config) strategy {
 			return newLockGuard(d, cfg.Locker, StrategyLockGuard, cfg.MaxBatch, cfg.OnRedisDown)
 		}},
-	{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Safety: "as lock+guard", Redlock: true,
+	{StrategyInfo: StrategyInfo{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Locks: true,
+		Safety: "as lock+guard", Redlock: true},
 		build: func(d deps, cfg Config) strategy {
 			return newLockGuard(d, cfg.Redlock, StrategyRedlockGuard, cfg.MaxBatch, cfg.OnRedisDown)
 		}},
-	// The demo strategies (demo.go): the articles' broken locks, then the lockless alternatives.
-	{Name: StrategySetnxExpire, HowIt: "lock by SETNX, then EXPIRE as a second command; naive inside", Demo: true,
-		Safety:    "a holder that dies between the two leaves a lock with no TTL: the item is blocked until someone deletes the key",
-		KeyPrefix: PitfallKeyPrefix(StrategySetnxExpire),
-		build: func(d deps, cfg Config) strategy {
-			return pitfallLock{d, cfg.Pitfalls[StrategySetnxExpire], StrategySetnxExpire}
-		}},
-	{Name: StrategyDelRelease, HowIt: "lock by SET NX PX (fixed lease), released by a plain DEL; naive inside", Demo: true,
-		Safety:    "oversells: a holder whose lease ran out deletes the next holder's lock, and a third buyer enters beside the second",
-		KeyPrefix: PitfallKeyPrefix(StrategyDelRelease),
-		build: func(d deps, cfg Config) strategy {
-			return pitfallLock{d, cfg.Pitfalls[StrategyDelRelease], StrategyDelRelease}
-		}},
-	{Name: StrategyFixedLease, HowIt: "lock by SET NX PX, owner-checked release, no watchdog; naive inside", Demo: true,
-		Safety:    "oversells when the work outlives the lease: a second holder enters and both write",
-		KeyPrefix: PitfallKeyPrefix(StrategyFixedLease),
-		build: func(d deps, cfg Config) strategy {
-			return pitfallLock{d, cfg.Pitfalls[StrategyFixedLease], StrategyFixedLease}
-		}},
-	{Name: StrategyOptimistic, HowIt: "no lock: read stock and version, work, UPDATE ... WHERE version = ?, retry on conflict", Demo: true, Safe: true,
-		Safety: "safe: a stale write changes nothing and is retried; under contention the retries (and their work) pile up",
-		build:  func(d deps, _ Config) strategy { return optimistic{d} }},
-	{Name: StrategyRedisStock, HowIt: "stock mirrored in Redis, checked and decremented by one Lua script; the order written afterwards", Demo: true,
-		Safety:    "oversells when Redis loses its latest writes (restart from an older snapshot, failover): the mirror sells again what was sold",
-		KeyPrefix: StockKeyPrefix,
-		build: func(d deps, cfg Config) strategy {
-			return redisStock{deps: d, mirror: cfg.Mirror, name: StrategyRedisStock}
-		}},
-	{Name: StrategyRedisStockGuard, HowIt: "redis-stock, then the guarded update decides; refused units go back to Redis", Demo: true, Safe: true,
-		Safety:    "safe: the database has the last word, whatever Redis forgot",
-		KeyPrefix: StockKeyPrefix,
-		build: func(d deps, cfg Config) strategy {
-			return redisStock{deps: d, mirror: cfg.Mirror, name: StrategyRedisStockGuard, guard: true}
-		}},
-	{Name: StrategyWatch, HowIt: "WATCH/MULTI/EXEC on the mirrored stock, retried on abort; the order written afterwards", Demo: true,
-		Safety:    "safe on the mirror; oversells as redis-stock when Redis loses its latest writes",
-		KeyPrefix: StockKeyPrefix,
-		build: func(d deps, cfg Config) strategy {
-			return redisStock{deps: d, mirror: cfg.Mirror, name: StrategyWatch, watch: true}
-		}},
 }
 
-// StrategyTable returns every strategy this package knows, in table order.
-func StrategyTable() []StrategyInfo { return append([]StrategyInfo(nil), strategyTable...) }
+// StrategyTable returns the built-in rows of the strategies table, in table order (a Service
+// offers them, redlock+guard only with Config.Redlock, then the rows of its Config.Extra).
+func StrategyTable() []StrategyInfo {
+	infos := make([]StrategyInfo, len(builtinStrategies))
+	for i, st := range builtinStrategies {
+		infos[i] = st.StrategyInfo
+	}
+	return infos
+}
 
-// ValidStrategy reports whether name is a strategy this package knows (a Service offers
-// redlock+guard only when configured with a Redlock locker).
+// ValidStrategy reports whether name is a built-in strategy (a Service offers redlock+guard
+// only when configured with a Redlock locker, and offers the names of its Config.Extra too).
 func ValidStrategy(name string) bool {
-	for _, st := range strategyTable {
+	for _, st := range builtinStrategies {
 		if st.Name == name {
 			return true
 		}
@@ -107,7 +99,7 @@ func ValidStrategy(name string) bool {
 	return false
 }
 
-// strategy is one way of selling: a row of strategyTable.
+// strategy is one way of selling, as a Strategy row builds it.
 type strategy interface {
 	// buy attempts the purchase once. A stale fence or a lost lock is an error wrapping
 	// ErrLockLost with nothing written; the service decides whether to retry.
@@ -120,9 +112,7 @@ type deps struct {
 	sleep func(ctx context.Context, d time.Duration) error // the simulated work
 	log   *slog.Logger
 
-	obs         Observer      // nil: nobody is told (events.go)
-	stallFor    time.Duration // the demo stall fault's length; 0: off
-	stallLocker Locker        // the lock of a stalled purchase: no watchdog
+	obs Observer // nil: nobody is told (events.go)
 
 	life  *lifecycle   // owner of the coalescing workers
 	holds HoldObserver // nil: none
@@ -169,7 +159,7 @@ func readCheckWorkWrite(ctx, workCtx context.Context, d deps, p purchase, name s
 	if err := workCtx.Err(); err != nil {
 		return Receipt{}, lostOr(ctx, workCtx, err, p.itemID)
 	}
-	if err := d.stall(ctx, p, name); err != nil {
+	if err := p.beforeWrite(ctx, name); err != nil {
 		return Receipt{}, err
 	}
 	return d.store.writeComputed(ctx, p, name, r.Stock-p.quantity, token)
@@ -183,10 +173,10 @@ func (s guard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err := s.work(ctx, p); err != nil {
 		return Receipt{}, err
 	}
-	if err := s.stall(ctx, p, StrategyGuard); err != nil {
+	if err := p.beforeWrite(ctx, StrategyGuard); err != nil {
 		return Receipt{}, err
 	}
-	return s.store.writeGuarded(ctx, p, StrategyGuard)
+	return s.store.writeOne(ctx, p, StrategyGuard, 0)
 }
 
 // lock holds the item's Redis lock around read-check-work-write, with an unconditional write:
@@ -215,19 +205,19 @@ func newLockGuard(d deps, l Locker, name string, maxBatch int, onDown string) st
 	if maxBatch == 1 {
 		return single
 	}
-	return faultRouter{single: single, coalesced: newCoalesced(d, l, name, maxBatch, onDown)}
+	return holdRouter{single: single, coalesced: newCoalesced(d, l, name, maxBatch, onDown)}
 }
 
-// faultRouter sends a purchase with a demo fault (the lab's stall, which holds its own lock
-// past its lease) to the one-purchase-per-hold path, so that the fault stops that purchase and
-// not a whole batch; every other purchase is coalesced.
-type faultRouter struct {
+// holdRouter sends a purchase that carries an Interceptor to the one-purchase-per-hold path,
+// so that what is done to it (a lock of its own, a pause before its write) touches that
+// purchase and not a whole batch; every other purchase is coalesced.
+type holdRouter struct {
 	single    lockGuard
 	coalesced *coalesced
 }
 
-func (r faultRouter) buy(ctx context.Context, p purchase) (Receipt, error) {
-	if p.stall || p.crash {
+func (r holdRouter) buy(ctx context.Context, p purchase) (Receipt, error) {
+	if p.intercept != nil {
 		return r.single.buy(ctx, p)
 	}
 	return r.coalesced.buy(ctx, p)
@@ -271,10 +261,10 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err := lctx.Err(); err != nil {
 		return Receipt{}, lostOr(ctx, lctx, err, p.itemID)
 	}
-	if err := s.stall(ctx, p, s.name); err != nil {
+	if err := p.beforeWrite(ctx, s.name); err != nil {
 		return Receipt{}, err
 	}
-	return s.store.writeFenced(ctx, p, s.name, held.Token())
+	return s.store.writeOne(ctx, p, s.name, held.Token())
 }
 
 // obtain takes the item's lock through l (whose errors already wrap ErrLockTimeout or

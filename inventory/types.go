@@ -8,7 +8,7 @@ import (
 // Limits of a purchase request.
 const (
 	MaxQuantity = 1000        // largest quantity one purchase may ask for
-	MaxWork     = time.Second // longest simulated work a demo request may ask for
+	MaxWork     = time.Second // longest simulated work a request may ask for
 
 	MaxIdempotencyKey = 128 // longest idempotency key, in printable ASCII characters
 )
@@ -35,14 +35,6 @@ type PurchaseRequest struct {
 	Strategy       string        // "" means the service's default strategy
 	IdempotencyKey string        // "" means none
 	Work           time.Duration // simulated slow work (a payment call), 0..MaxWork
-	// Stall asks for the demo stall fault (events.go): stop after the work, before the
-	// write, for Config.StallFor, with a lock that is not renewed. Refused with ErrInvalid
-	// when the service has no StallFor.
-	Stall bool
-	// Crash asks for the demo crash fault of setnx-expire: the lock's holder dies between its
-	// SETNX and its EXPIRE (the purchase fails with ErrUnavailable and never releases). Refused
-	// with ErrInvalid for every other strategy.
-	Crash bool
 }
 
 // Receipt is the result of a successful purchase, or of an idempotent replay of one.

@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package pitfalls_test
 
 import (
@@ -55,16 +57,36 @@ func demoConfig(db *gorm.DB, rdb redis.UniversalClient) inventory.Config {
 		return pitfalls.Options{KeyPrefix: inventory.PitfallKeyPrefix(name), Lease: lease, Wait: wait}
 	}
 	return inventory.Config{
-		DB:   db,
-		Demo: true,
-		Pitfalls: map[string]inventory.Locker{
-			inventory.StrategySetnxExpire: pitfalls.NewSetnxExpire(rdb, opts(inventory.StrategySetnxExpire)),
-			inventory.StrategyDelRelease:  pitfalls.NewDelRelease(rdb, opts(inventory.StrategyDelRelease)),
-			inventory.StrategyFixedLease:  pitfalls.NewFixedLease(rdb, opts(inventory.StrategyFixedLease)),
-		},
-		Mirror:  pitfalls.NewMirror(rdb, inventory.StockKeyPrefix),
+		DB: db,
+		Extra: inventory.DemoStrategies(inventory.DemoDeps{
+			Pitfalls: map[string]inventory.Locker{
+				inventory.StrategySetnxExpire: pitfalls.NewSetnxExpire(rdb, opts(inventory.StrategySetnxExpire)),
+				inventory.StrategyDelRelease:  pitfalls.NewDelRelease(rdb, opts(inventory.StrategyDelRelease)),
+				inventory.StrategyFixedLease:  pitfalls.NewFixedLease(rdb, opts(inventory.StrategyFixedLease)),
+			},
+			Mirror: pitfalls.NewMirror(rdb, inventory.StockKeyPrefix),
+		}),
 		Default: inventory.StrategyGuard,
 	}
+}
+
+// crashing is the interceptor of a purchase whose setnx-expire holder dies between its SETNX
+// and its EXPIRE, as the lab builds it: its lock is pitfalls.Crashing's.
+type crashing struct{ t testing.TB }
+
+func (c crashing) Locker(strategy string, l inventory.Locker) inventory.Locker {
+	cl, ok := pitfalls.Crashing(l)
+	if !ok {
+		c.t.Errorf("%s: pitfalls.Crashing has no crashing variant of %T", strategy, l)
+	}
+	return cl
+}
+
+func (crashing) BeforeWrite(context.Context, int64, string) error { return nil }
+
+// crashCtx is ctx for a purchase whose setnx-expire holder crashes.
+func crashCtx(t testing.TB, ctx context.Context) context.Context {
+	return inventory.WithInterceptor(ctx, crashing{t})
 }
 
 func newService(t testing.TB, cfg inventory.Config) *inventory.Service {

@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package pitfalls_test
 
 import (
@@ -173,7 +175,7 @@ func testOptimisticSafeWithCountedRetries(t *testing.T, be backend) {
 		}
 		return nil
 	}
-	cfgA := inventory.Config{DB: db, Demo: true, Default: inventory.StrategyGuard, Sleep: barrier}
+	cfgA := inventory.Config{DB: db, Extra: inventory.DemoStrategies(inventory.DemoDeps{}), Default: inventory.StrategyGuard, Sleep: barrier}
 	cfgB := cfgA
 	cfgB.DB = dbtest.Open(t, path)
 	a, b := newService(t, cfgA), newService(t, cfgB)
@@ -248,9 +250,7 @@ func TestDemoStrategiesOnRedisCluster(t *testing.T) {
 		strategy := []string{inventory.StrategyRedisStock, inventory.StrategyRedisStockGuard, inventory.StrategyWatch,
 			inventory.StrategyFixedLease, inventory.StrategyDelRelease}[i%5]
 		assert.Equal(t, 2, sellN(t, s, it.ID, strategy, 3), "%s on item %d", strategy, it.ID)
-		crash := req(it.ID, inventory.StrategySetnxExpire, 0)
-		crash.Crash = true
-		_, err := s.Purchase(ctx, crash)
+		_, err := s.Purchase(crashCtx(t, ctx), req(it.ID, inventory.StrategySetnxExpire, 0))
 		require.ErrorIs(t, err, inventory.ErrUnavailable)
 	}
 	count := func(pattern string) int {

@@ -1,13 +1,14 @@
-// Package pitfalls holds the broken Redis locks that the distributed-locking articles walk
+// Package pitfalls holds the broken Redis locks that accounts of distributed locking walk
 // through before the right one, and the Redis stock mirror of the lockless demo strategies.
 // The storefront wires them only with --demo: they exist to be seen failing next to their
 // fixes (the load test's -scenario pitfalls). Package locking stays the correct lock only.
 //
 // Each lock implements inventory's Locker port with its own key prefix
-// (inventory.PitfallKeyPrefix), so its keys never collide with the real lock's:
+// (inventory.PitfallKeyPrefix), so its keys never collide with the real lock's; its keys are
+// named as package locking names a lock's (locking.KeysOf):
 //
 //   - SetnxExpire acquires with SETNX and then EXPIRE, two commands: a holder that dies between
-//     them (the injected crash, inventory.CrashInjected) leaves a key with no TTL.
+//     them (Crashing returns such a holder's lock) leaves a key with no TTL.
 //   - DelRelease acquires with SET NX PX and releases with a plain DEL: a holder whose lease
 //     ran out deletes the next holder's lock.
 //   - FixedLease acquires with SET NX PX and releases with an owner-checked compare-and-delete,
@@ -29,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
 )
 
 // Options configure a pitfall lock. Lease and Wait are required.
@@ -50,16 +52,17 @@ const (
 
 // Locker is one of the broken locks; it implements inventory.Locker.
 type Locker struct {
-	rdb  redis.UniversalClient
-	opts Options
-	kind kind
+	rdb   redis.UniversalClient
+	opts  Options
+	kind  kind
+	crash bool // setnx-expire only: the holder dies between SETNX and EXPIRE (Crashing)
 }
 
 var _ inventory.Locker = (*Locker)(nil)
 
 // NewSetnxExpire returns the lock that sets its key with SETNX and its lease with a second
-// command, EXPIRE; its release is owner-checked. With inventory.CrashInjected(ctx), Obtain
-// "dies" after the SETNX: no EXPIRE, no release, an error wrapping inventory.ErrUnavailable.
+// command, EXPIRE; its release is owner-checked. Crashing returns the same lock whose holder
+// dies between the two.
 func NewSetnxExpire(rdb redis.UniversalClient, o Options) *Locker {
 	return newLocker(rdb, o, kindSetnxExpire)
 }
@@ -84,34 +87,47 @@ func newLocker(rdb redis.UniversalClient, o Options, k kind) *Locker {
 	return &Locker{rdb: rdb, opts: o, kind: k}
 }
 
-// Purge deletes every key under the lock's prefix (the locks and their fencing counters): a
-// catalogue reset calls it (inventory.Purger), so a key the crash fault left without a TTL
-// does not outlive the catalogue.
-func (l *Locker) Purge(ctx context.Context) error {
+// Crashing returns the variant of l, when l is a setnx-expire lock (NewSetnxExpire), whose
+// holder dies between its SETNX and its EXPIRE: its Obtain sets the key, then fails with an
+// error wrapping inventory.ErrUnavailable, never sends the EXPIRE and never releases, so the
+// key stays with no TTL and blocks its item until someone deletes it (a catalogue reset
+// does). For any other l it returns l and false.
+func Crashing(l inventory.Locker) (inventory.Locker, bool) {
+	pl, ok := l.(*Locker)
+	if !ok || pl.kind != kindSetnxExpire {
+		return l, false
+	}
+	c := *pl
+	c.crash = true
+	return &c, true
+}
+
+// Reset deletes every key under the lock's prefix (the locks and their fencing counters): the
+// catalogue reset calls it (it is an inventory.Resetter; stocks are not used), so a key a
+// crashed holder left without a TTL does not outlive the catalogue.
+func (l *Locker) Reset(ctx context.Context, _ map[int64]int) error {
 	if l.opts.KeyPrefix == "" {
 		return errors.New("pitfalls: no key prefix: refusing to purge every key")
 	}
 	return deleteMatching(ctx, l.rdb, l.opts.KeyPrefix+"*")
 }
 
-var _ inventory.Purger = (*Locker)(nil)
+var _ inventory.Resetter = (*Locker)(nil)
 
-// Key returns the Redis key of the lock named name; the fencing counter is Key(name)+":fence".
-func (l *Locker) Key(name string) string { return l.opts.KeyPrefix + "{" + name + "}" }
+// Key returns the Redis key of the lock named name: the hash of package locking's layout,
+// locking.KeysOf(prefix, name).Hash; its fencing counter is KeysOf's Fence.
+func (l *Locker) Key(name string) string { return locking.KeysOf(l.opts.KeyPrefix, name).Hash }
 
-// nextToken issues the next fencing token of a lock, above floor.
-var nextToken = redis.NewScript(`
-local t = redis.call('INCR', KEYS[1])
-local floor = tonumber(ARGV[1])
-if t <= floor then
-  t = floor + 1
-  redis.call('SET', KEYS[1], t)
-end
-return t`)
-
-// Obtain polls for the lock until it is free, Options.Wait has passed or ctx ends.
+// Obtain polls for the lock until it is free, Options.Wait has passed or ctx ends. Its fencing
+// token is the next of the lock's counter (INCR): a pitfall lock takes no floor (the
+// strategies over it write unconditionally, so their token only labels the order), and a
+// floor above 0 is refused rather than silently not honoured.
 func (l *Locker) Obtain(ctx context.Context, name string, floor int64) (inventory.Held, error) {
-	key := l.Key(name)
+	if floor > 0 {
+		return nil, fmt.Errorf("pitfalls: lock %s: a pitfall lock takes no token floor (asked %d)", name, floor)
+	}
+	keys := locking.KeysOf(l.opts.KeyPrefix, name)
+	key := keys.Hash
 	owner := randomOwner()
 	deadline := time.Now().Add(l.opts.Wait)
 	for {
@@ -137,7 +153,7 @@ func (l *Locker) Obtain(ctx context.Context, name string, floor int64) (inventor
 		}
 	}
 	if l.kind == kindSetnxExpire {
-		if inventory.CrashInjected(ctx) {
+		if l.crash {
 			// The holder dies here: its EXPIRE is never sent and it never releases.
 			return nil, fmt.Errorf("%w: injected crash: the holder of %s died between SETNX and EXPIRE; the key has no TTL", inventory.ErrUnavailable, key)
 		}
@@ -145,7 +161,7 @@ func (l *Locker) Obtain(ctx context.Context, name string, floor int64) (inventor
 			return nil, fmt.Errorf("%w: pitfall lock %s: EXPIRE: %w", inventory.ErrUnavailable, key, err)
 		}
 	}
-	token, err := nextToken.Run(context.WithoutCancel(ctx), l.rdb, []string{key + ":fence"}, floor).Int64()
+	token, err := l.rdb.Incr(context.WithoutCancel(ctx), keys.Fence).Result()
 	if err != nil {
 		return nil, fmt.Errorf("%w: pitfall lock %s: token: %w", inventory.ErrUnavailable, key, err)
 	}
@@ -232,4 +248,33 @@ func randomOwner() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// deleteMatching deletes every key matching pattern: SCAN on each master of a Cluster (a
+// Cluster client's SCAN would see one node only) or on the one server, then one UNLINK per key
+// (keys of different slots cannot share a command).
+func deleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return deleteMatching(ctx, node, pattern)
+		})
+	}
+	var keys []string
+	iter := rdb.Scan(ctx, 0, pattern, 500).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Unlink(ctx, k)
+		}
+		return nil
+	})
+	return err
 }

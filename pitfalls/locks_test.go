@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package pitfalls_test
 
 import (
@@ -33,9 +35,7 @@ func TestSetnxExpireCrashBlocksTheItemUntilDeletedByHand(t *testing.T) {
 	id := resetItem(t, s, 10)
 	ctx := t.Context()
 
-	crash := req(id, inventory.StrategySetnxExpire, 0)
-	crash.Crash = true
-	_, err := s.Purchase(ctx, crash)
+	_, err := s.Purchase(crashCtx(t, ctx), req(id, inventory.StrategySetnxExpire, 0))
 	require.ErrorIs(t, err, inventory.ErrUnavailable)
 	key := lockKey(inventory.StrategySetnxExpire, id)
 	ttl, err := rdb.Do(ctx, "TTL", key).Int()
@@ -78,7 +78,7 @@ func TestSetnxExpireCrashBlocksTheItemUntilDeletedByHand(t *testing.T) {
 	assert.Equal(t, 6, statsOf(t, s, id).Stock)
 }
 
-// A catalogue reset deletes the pitfall locks' keys (inventory.Purger): the key the crash left
+// A catalogue reset deletes the pitfall locks' keys (Locker.Reset): the key the crash left
 // with no TTL does not outlive the catalogue; the real lock's keys are not touched.
 func TestResetDeletesTheNoTTLKey(t *testing.T) {
 	_, rdb := redisServer(t)
@@ -86,9 +86,7 @@ func TestResetDeletesTheNoTTLKey(t *testing.T) {
 	s := newService(t, demoConfig(db, rdb))
 	id := resetItem(t, s, 3)
 	ctx := t.Context()
-	crash := req(id, inventory.StrategySetnxExpire, 0)
-	crash.Crash = true
-	_, err := s.Purchase(ctx, crash)
+	_, err := s.Purchase(crashCtx(t, ctx), req(id, inventory.StrategySetnxExpire, 0))
 	require.ErrorIs(t, err, inventory.ErrUnavailable)
 	key := lockKey(inventory.StrategySetnxExpire, id)
 	require.Equal(t, int64(1), rdb.Exists(ctx, key).Val())
@@ -107,16 +105,32 @@ func TestResetDeletesTheNoTTLKey(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// The crash fault exists for setnx-expire only.
-func TestCrashFaultRefusedForOtherStrategies(t *testing.T) {
+// The crash exists for setnx-expire only: Crashing has no variant of another lock, and the
+// variant it returns is another Locker (the lock it was given does not crash).
+func TestCrashingIsForSetnxExpireOnly(t *testing.T) {
 	_, rdb := redisServer(t)
-	db, _ := openDB(t, sqliteBackend)
-	s := newService(t, demoConfig(db, rdb))
-	id := resetItem(t, s, 1)
-	r := req(id, inventory.StrategyFixedLease, 0)
-	r.Crash = true
-	_, err := s.Purchase(t.Context(), r)
-	assert.ErrorIs(t, err, inventory.ErrInvalid)
+	o := pitfalls.Options{KeyPrefix: "t:crash:", Lease: lease, Wait: wait}
+	for _, l := range []*pitfalls.Locker{pitfalls.NewFixedLease(rdb, o), pitfalls.NewDelRelease(rdb, o)} {
+		got, ok := pitfalls.Crashing(l)
+		assert.False(t, ok)
+		assert.Same(t, l, got, "given back as it is")
+	}
+	lc := locking.New(rdb, &locking.Options{KeyPrefix: "t:real:"})
+	t.Cleanup(func() { _ = lc.Close() })
+	_, ok := pitfalls.Crashing(inventory.NewLocker(lc))
+	assert.False(t, ok, "the real lock has no crashing variant")
+	setnx := pitfalls.NewSetnxExpire(rdb, o)
+	crash, ok := pitfalls.Crashing(setnx)
+	require.True(t, ok)
+	ctx := t.Context()
+	_, err := crash.Obtain(ctx, "item:1", 0)
+	require.ErrorIs(t, err, inventory.ErrUnavailable)
+	assert.Equal(t, time.Duration(-1), rdb.TTL(ctx, setnx.Key("item:1")).Val(), "the crashed holder's key has no TTL")
+	h, err := setnx.Obtain(ctx, "item:2", 0)
+	require.NoError(t, err, "the lock Crashing was given does not crash")
+	require.NoError(t, h.Release(ctx))
+	_, err = setnx.Obtain(ctx, "item:3", 1)
+	assert.Error(t, err, "a pitfall lock refuses a token floor it cannot honour")
 }
 
 // del-release at the port: the first holder's lease runs out, a second holder takes the lock,

@@ -1,3 +1,5 @@
+//go:build !nodemo
+
 package pitfalls
 
 import (
@@ -31,10 +33,10 @@ func NewMirror(rdb redis.UniversalClient, prefix string) *Mirror {
 // Key returns the Redis key of itemID's mirrored stock.
 func (m *Mirror) Key(itemID int64) string { return m.prefix + strconv.FormatInt(itemID, 10) }
 
-// Seed deletes every mirrored stock (SCAN over the prefix, on every master of a Cluster) and
-// writes stocks. Not atomic: a purchase between the two steps mirrors its item from the database
-// (Init), which Seed then sets to the same stock.
-func (m *Mirror) Seed(ctx context.Context, stocks map[int64]int) error {
+// Reset deletes every mirrored stock (SCAN over the prefix, on every master of a Cluster) and
+// writes stocks: the catalogue reset calls it. Not atomic: a purchase between the two steps
+// mirrors its item from the database (Init), which Reset then sets to the same stock.
+func (m *Mirror) Reset(ctx context.Context, stocks map[int64]int) error {
 	if err := deleteMatching(ctx, m.rdb, m.prefix+"*"); err != nil {
 		return unavailable("seed: delete", err)
 	}
@@ -45,35 +47,6 @@ func (m *Mirror) Seed(ctx context.Context, stocks map[int64]int) error {
 		return nil
 	})
 	return unavailable("seed", err)
-}
-
-// deleteMatching deletes every key matching pattern: SCAN on each master of a Cluster (a
-// Cluster client's SCAN would see one node only) or on the one server, then one UNLINK per key
-// (keys of different slots cannot share a command).
-func deleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return deleteMatching(ctx, node, pattern)
-		})
-	}
-	var keys []string
-	iter := rdb.Scan(ctx, 0, pattern, 500).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.Unlink(ctx, k)
-		}
-		return nil
-	})
-	return err
 }
 
 // Init sets itemID's mirrored stock when it has none.
