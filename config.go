@@ -30,6 +30,7 @@ type config struct {
 	maxInflight     int
 	instances       int // --demo: supervise this many storefront processes (supervisor.go)
 	maxBatch        int
+	holdTTL         time.Duration // a stock hold's life when its request names none
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 }
@@ -51,6 +52,7 @@ var envOf = map[string]string{
 	"max-inflight-per-item": "MAX_INFLIGHT_PER_ITEM",
 	"instances":             "INSTANCES",
 	"max-batch":             "MAX_BATCH",
+	"hold-ttl":              "HOLD_TTL",
 	"log-level":             "LOG_LEVEL",
 	"shutdown-timeout":      "SHUTDOWN_TIMEOUT",
 }
@@ -84,6 +86,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
 	fs.IntVar(&c.maxBatch, "max-batch", inventory.DefaultMaxBatch, "most purchases of one item one lock hold of lock+guard sells (1 = one per hold)")
+	fs.DurationVar(&c.holdTTL, "hold-ttl", inventory.DefaultHoldTTL, fmt.Sprintf("life of a stock hold (POST /api/holds) that names no ttl, %s..%s",
+		inventory.MinHoldTTL, inventory.MaxHoldTTL))
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envOf[f.Name] + "]" })
@@ -163,6 +167,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--on-redis-down %q: want %s or %s", c.onRedisDown, inventory.OnRedisDownFail, inventory.OnRedisDownGuard)
 	case c.maxBatch < 1 || c.maxBatch > 10000:
 		return fmt.Errorf("--max-batch %d must be 1..10000", c.maxBatch)
+	case c.holdTTL < inventory.MinHoldTTL || c.holdTTL > inventory.MaxHoldTTL:
+		return fmt.Errorf("--hold-ttl %s must be %s..%s", c.holdTTL, inventory.MinHoldTTL, inventory.MaxHoldTTL)
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
 	case c.shutdownTimeout <= 0:

@@ -18,7 +18,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, config{
 		addr: ":8080", db: "stockguard.db", strategy: "lock+guard", onRedisDown: "fail", lockLease: 30 * time.Second,
 		lockWait: 5 * time.Second, logLevel: slog.LevelInfo, shutdownTimeout: 15 * time.Second,
-		dbStmtTimeout: 5 * time.Second, maxBatch: 64,
+		dbStmtTimeout: 5 * time.Second, maxBatch: 64, holdTTL: 10 * time.Minute,
 	}, c)
 	assert.Equal(t, 10*time.Second, c.writeTimeout())
 }
@@ -30,7 +30,7 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 		"DEMO": "true", "MAX_INFLIGHT_PER_ITEM": "8", "LOG_LEVEL": "debug", "SHUTDOWN_TIMEOUT": "3s",
 		"DB_POOL": "12", "DB_STATEMENT_TIMEOUT": "750ms",
 		"REDIS_CLUSTER": "true", "ON_REDIS_DOWN": "guard",
-		"MAX_BATCH": "1",
+		"MAX_BATCH": "1", "HOLD_TTL": "90s",
 	}
 	c, err := parseConfig([]string{"--addr", "127.0.0.1:0", "--demo=false"}, func(k string) string { return env[k] }, &bytes.Buffer{})
 	require.NoError(t, err)
@@ -44,6 +44,7 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 	assert.Equal(t, "t0k", c.adminToken)
 	assert.Equal(t, 8, c.maxInflight)
 	assert.Equal(t, 1, c.maxBatch)
+	assert.Equal(t, 90*time.Second, c.holdTTL)
 	assert.Equal(t, slog.LevelDebug, c.logLevel)
 	assert.Equal(t, 3*time.Second, c.shutdownTimeout)
 	assert.Equal(t, 12, c.dbPool)
@@ -72,6 +73,7 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--strategy", "redis-stock"}, nil, `strategy "redis-stock" is demo-only`},
 		{nil, map[string]string{"STRATEGY": "fixed-lease"}, `strategy "fixed-lease" is demo-only`},
 		{[]string{"--max-batch", "0"}, nil, "--max-batch 0 must be 1..10000"},
+		{[]string{"--hold-ttl", "2h"}, nil, "--hold-ttl 2h0m0s must be 1s..1h0m0s"},
 	} {
 		var stderr bytes.Buffer
 		code := run(t.Context(), tt.args, func(k string) string { return tt.env[k] }, &stderr)

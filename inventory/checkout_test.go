@@ -386,7 +386,9 @@ func testCheckoutPausedHolderWritesNothing(t *testing.T, be backend) {
 // A hot item's coalescing worker holds the item's lock one batch at a time and releases it:
 // a cart waiting for that lock (the same Client, whose waiters are served in order) gets it
 // within a bounded time while buyers keep the item busy.
-func TestCheckoutNotStarvedByHotItem(t *testing.T) { forEachBackend(t, testCheckoutNotStarvedByHotItem) }
+func TestCheckoutNotStarvedByHotItem(t *testing.T) {
+	forEachBackend(t, testCheckoutNotStarvedByHotItem)
+}
 
 func testCheckoutNotStarvedByHotItem(t *testing.T, be backend) {
 	srv := redistest.Start(t)
@@ -425,4 +427,3 @@ func testCheckoutNotStarvedByHotItem(t *testing.T, be backend) {
 	assertBalanced(t, s)
 	assertFenceOrder(t, ordersOf(t, s, hot))
 }
-

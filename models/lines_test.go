@@ -13,7 +13,9 @@ import (
 
 // Orders stored before order lines existed (or by an older process since) get one line each
 // when the database is opened; opening it again, by several pools at once, adds none.
-func TestMigrationBackfillsOrderLines(t *testing.T) { forEachBackend(t, testMigrationBackfillsOrderLines) }
+func TestMigrationBackfillsOrderLines(t *testing.T) {
+	forEachBackend(t, testMigrationBackfillsOrderLines)
+}
 
 func testMigrationBackfillsOrderLines(t *testing.T, b backend) {
 	ctx := context.Background()
