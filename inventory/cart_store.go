@@ -27,6 +27,9 @@ const (
 	// it expired, the second changes nothing and so gives nothing back.
 	sqlExpire    = `UPDATE holds SET status = 'expired' WHERE id = ? AND status = 'active' AND expires_at_ms <= {now}`
 	sqlHoldLines = `SELECT item_id, quantity, fence_token FROM hold_lines WHERE hold_id = ? ORDER BY item_id`
+	// sqlExpiredOf lists the active holds past their expiry that have a line of one item.
+	sqlExpiredOf = `SELECT h.id FROM hold_lines l JOIN holds h ON h.id = l.hold_id
+		WHERE l.item_id = ? AND h.status = 'active' AND h.expires_at_ms <= {now}`
 )
 
 // nowMS is the database's clock in Unix milliseconds, in the dialect of pg.
@@ -44,21 +47,30 @@ func dialect(pg bool, q string) string {
 
 // cartStatements are the prepared statements of the sale path that carts and holds added
 // (every sale reads the available stock and writes its order's line).
+// They are prepared once, as the statements of the hot path (batch.go): every sale runs
+// readAvail, expiredOf and insertLine.
 type cartStatements struct {
-	readAvail, insertLine *sql.Stmt
+	readAvail, insertLine, expiredOf *sql.Stmt
 }
 
 func prepareCartStatements(ctx context.Context, db *sql.DB, pg bool) (*cartStatements, error) {
-	avail, err := db.PrepareContext(ctx, dialect(pg, sqlReadAvail))
-	if err != nil {
-		return nil, fmt.Errorf("inventory: prepare the available-stock read: %w", err)
+	q := &cartStatements{}
+	for _, p := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{{&q.readAvail, sqlReadAvail}, {&q.insertLine, sqlInsertLine}, {&q.expiredOf, sqlExpiredOf}} {
+		stmt, err := db.PrepareContext(ctx, dialect(pg, p.sql))
+		if err != nil {
+			for _, s := range []*sql.Stmt{q.readAvail, q.insertLine, q.expiredOf} {
+				if s != nil {
+					_ = s.Close()
+				}
+			}
+			return nil, fmt.Errorf("inventory: prepare %q: %w", strings.Fields(p.sql)[0:3], err)
+		}
+		*p.dst = stmt
 	}
-	line, err := db.PrepareContext(ctx, dialect(pg, sqlInsertLine))
-	if err != nil {
-		_ = avail.Close()
-		return nil, fmt.Errorf("inventory: prepare the order line insert: %w", err)
-	}
-	return &cartStatements{readAvail: avail, insertLine: line}, nil
+	return q, nil
 }
 
 // conn is what the cart SQL runs on: a *sql.Tx, or the connection of a GORM transaction
@@ -78,20 +90,25 @@ func (st store) sql(query string) string { return dialect(st.pg, query) }
 // the items (so that row locks are taken in item order). Every sale, hold and cancel
 // transaction calls it first for the items it touches: expiry needs no background job.
 func (st store) expireHolds(ctx context.Context, c conn, items []int64) (map[int64]int, error) {
-	if len(items) == 0 {
+	var ids []int64
+	for _, item := range items {
+		var found []int64
+		var err error
+		if tx, ok := c.(*sql.Tx); ok { // the prepared statement: this runs in every sale
+			found, err = queryStmt(ctx, tx.StmtContext(ctx, st.cq.expiredOf), item)
+		} else {
+			found, err = queryInts(ctx, c, st.sql(sqlExpiredOf), item)
+		}
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, found...)
+	}
+	if len(ids) == 0 {
 		return nil, nil
 	}
-	args := make([]any, len(items))
-	for i, id := range items {
-		args[i] = id
-	}
-	q := `SELECT DISTINCT h.id FROM holds h JOIN hold_lines l ON l.hold_id = h.id
-		WHERE h.status = 'active' AND h.expires_at_ms <= {now} AND l.item_id IN (?` + strings.Repeat(", ?", len(items)-1) + `)
-		ORDER BY h.id`
-	ids, err := queryInts(ctx, c, st.sql(q), args...)
-	if err != nil || len(ids) == 0 {
-		return nil, err
-	}
+	slices.Sort(ids) // hold rows are locked in id order
+	ids = slices.Compact(ids)
 	give := make(map[int64]int)
 	for _, id := range ids {
 		if err := st.endHold(ctx, c, id, st.sql(sqlExpire), give); err != nil {
@@ -162,6 +179,15 @@ func (st store) holdLines(ctx context.Context, c conn, id int64) ([]LineReceipt,
 
 func queryInts(ctx context.Context, c conn, q string, args ...any) ([]int64, error) {
 	rows, err := c.QueryContext(ctx, q, args...)
+	return scanInts(rows, err)
+}
+
+func queryStmt(ctx context.Context, stmt *sql.Stmt, args ...any) ([]int64, error) {
+	rows, err := stmt.QueryContext(ctx, args...)
+	return scanInts(rows, err)
+}
+
+func scanInts(rows *sql.Rows, err error) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
