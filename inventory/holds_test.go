@@ -247,3 +247,27 @@ func TestHoldValidation(t *testing.T) {
 	_, err = s.GetHold(t.Context(), 12345)
 	assert.ErrorIs(t, err, inventory.ErrNotFound)
 }
+
+// The unguarded writes (naive, local, lock) give an expired hold's units back first too: the
+// stock they read counted them.
+func TestHoldExpiryUnguardedWrites(t *testing.T) { forEachBackend(t, testHoldExpiryUnguardedWrites) }
+
+func testHoldExpiryUnguardedWrites(t *testing.T, be backend) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t, be)
+	s := cartService(t, db, srv, nil)
+	for _, name := range []string{inventory.StrategyNaive, inventory.StrategyLocal, inventory.StrategyLock} {
+		ids := resetItems(t, s, 2, 3)
+		h, err := s.PlaceHold(t.Context(), inventory.HoldRequest{TTL: time.Second, Lines: lines(ids[0], 2, ids[1], 3)})
+		require.NoError(t, err)
+		_, err = s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: ids[0], Quantity: 1, Strategy: name})
+		require.ErrorIs(t, err, inventory.ErrSoldOut, name)
+		time.Sleep(time.Until(h.ExpiresAt) + 50*time.Millisecond)
+		rec, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: ids[0], Quantity: 1, Strategy: name})
+		require.NoError(t, err, name)
+		assert.Equal(t, 1, rec.Remaining, name)
+		assert.Equal(t, 1, statsOf(t, s, ids[0]).Stock, name)
+		assert.Equal(t, 3, statsOf(t, s, ids[1]).Stock, "%s: the hold's other line came back", name)
+		assertBalanced(t, s)
+	}
+}
