@@ -392,14 +392,28 @@ func TestCheckoutNotStarvedByHotItem(t *testing.T) {
 
 func testCheckoutNotStarvedByHotItem(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	db, _ := openDB(t, be)
-	s := cartService(t, db, srv, nil)
+	db, path := openDB(t, be)
+	// Batches of 4 for 32 buyers: the buyers' queue is never empty, the worker takes the lock
+	// again at once after each release.
+	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), MaxBatch: 4})
+	t.Cleanup(func() { _ = s.Close() })
 	ids := resetItems(t, s, 1_000_000, 100)
+	t.Run("same process", func(t *testing.T) { notStarved(t, s, s, ids) })
+	// Another process: its waiters are not queued with this one's. The buyers' worker releases
+	// the lock between batches, and a release wakes the waiters of every process.
+	t.Run("another process", func(t *testing.T) { notStarved(t, s, cartService(t, openPath(t, path), srv, nil), ids) })
+}
+
+// notStarved keeps buyers of ids[0] busy on s while carts of ids[0] and ids[1] check out on
+// carts: each cart must be served within a bounded time.
+func notStarved(t *testing.T, s, carts *inventory.Service, ids []int64) {
 	hot, other := ids[0], ids[1]
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var bought atomic.Int64
-	for range 16 {
+	for range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -415,7 +429,7 @@ func testCheckoutNotStarvedByHotItem(t *testing.T, be backend) {
 	for i := range 5 {
 		start := time.Now()
 		before := bought.Load()
-		rec, err := s.Checkout(t.Context(), inventory.CheckoutRequest{Lines: lines(hot, 1, other, 1)})
+		rec, err := carts.Checkout(t.Context(), inventory.CheckoutRequest{Lines: lines(hot, 1, other, 1)})
 		took := time.Since(start)
 		require.NoError(t, err, "cart %d", i)
 		assert.Len(t, rec.Lines, 2)
