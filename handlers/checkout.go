@@ -158,6 +158,11 @@ func (s *server) placeHold(c *gin.Context) {
 func (s *server) parseHold(c *gin.Context) (inventory.HoldRequest, error) {
 	var req inventory.HoldRequest
 	var err error
+	if _, ok := c.Request.Header[http.CanonicalHeaderKey(headerIdempotencyKey)]; ok {
+		// A hold answered but lost is retried as a new hold; the lost one expires by itself.
+		return req, fmt.Errorf("%w: a hold takes no %s (a lost one expires by itself); confirming a hold is idempotent",
+			inventory.ErrInvalid, headerIdempotencyKey)
+	}
 	var work time.Duration
 	if req.Strategy, work, err = s.demoHeaders(c.Request.Header); err != nil {
 		return req, err

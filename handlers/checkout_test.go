@@ -178,6 +178,9 @@ func TestHoldRoutes(t *testing.T) {
 	assert.Equal(t, "hold_expired", gone.errorCode())
 	assert.Contains(t, string(e.do("GET", "/api/items/1", "").body), `"stock":6`)
 
+	keyed := e.do("POST", "/api/holds", `{"lines":[{"item_id":1,"quantity":1}]}`, "Idempotency-Key: h-1")
+	assert.Equal(t, http.StatusBadRequest, keyed.status)
+	assert.Contains(t, string(keyed.body), "a hold takes no Idempotency-Key")
 	for _, tc := range []struct {
 		method, path, body string
 		status             int
@@ -188,6 +191,7 @@ func TestHoldRoutes(t *testing.T) {
 		{"POST", "/api/holds", `{"lines":[{"item_id":1,"quantity":1}],"ttl":60}`, 400, "invalid_request"},
 		{"POST", "/api/holds", `{"lines":[{"item_id":1,"quantity":1}],"ttl":"soon"}`, 400, "invalid_request"},
 		{"POST", "/api/holds", `{"lines":[{"item_id":99,"quantity":1}]}`, 404, "not_found"},
+		{"POST", "/api/holds", `{"lines":[]}`, 400, "invalid_request"},
 		{"GET", "/api/holds/0", "", 400, "invalid_request"},
 		{"GET", "/api/holds/abc", "", 400, "invalid_request"},
 		{"GET", "/api/holds/999", "", 404, "not_found"},

@@ -81,7 +81,7 @@ type conn interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// q returns query in the store's dialect.
+// sql returns query in the store's dialect.
 func (st store) sql(query string) string { return dialect(st.pg, query) }
 
 // expireHolds ends the active holds that have a line of one of items and have expired by the

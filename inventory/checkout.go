@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -167,7 +168,7 @@ func mergeLines(lines []CartLine) (cart, error) {
 		}
 		c.lines = append(c.lines, cartLine{itemID: id, quantity: q})
 	}
-	slices.SortFunc(c.lines, func(a, b cartLine) int { return compareInt64(a.itemID, b.itemID) })
+	slices.SortFunc(c.lines, func(a, b cartLine) int { return cmp.Compare(a.itemID, b.itemID) })
 	var b strings.Builder
 	b.WriteString("cart:")
 	for i, l := range c.lines {
@@ -178,16 +179,6 @@ func mergeLines(lines []CartLine) (cart, error) {
 	}
 	c.fp = b.String()
 	return c, nil
-}
-
-func compareInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (c cart) ids() []int64 {

@@ -441,3 +441,32 @@ func notStarved(t *testing.T, s, carts *inventory.Service, ids []int64) {
 	assertBalanced(t, s)
 	assertFenceOrder(t, ordersOf(t, s, hot))
 }
+
+// With Redis down, a lock+guard cart follows --on-redis-down: fail answers ErrUnavailable
+// with nothing written; guard sells through the guarded updates alone, the order marked
+// degraded and its lines without a token.
+func TestCheckoutRedisDown(t *testing.T) { forEachBackend(t, testCheckoutRedisDown) }
+
+func testCheckoutRedisDown(t *testing.T, be backend) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t, be)
+	fail := degradedService(t, db, srv, inventory.OnRedisDownFail, nil)
+	guard := degradedService(t, db, srv, inventory.OnRedisDownGuard, nil)
+	ids := resetItems(t, fail, 5, 5)
+	srv.Stop()
+	_, err := fail.Checkout(t.Context(), inventory.CheckoutRequest{Lines: lines(ids[0], 1, ids[1], 1)})
+	require.ErrorIs(t, err, inventory.ErrUnavailable)
+	assert.Equal(t, 5, statsOf(t, fail, ids[0]).Stock)
+	rec, err := guard.Checkout(t.Context(), inventory.CheckoutRequest{IdempotencyKey: "down-1", Lines: lines(ids[0], 1, ids[1], 2)})
+	require.NoError(t, err)
+	assert.True(t, rec.Degraded)
+	for _, l := range rec.Lines {
+		assert.Zero(t, l.FenceToken)
+	}
+	again, err := guard.Checkout(t.Context(), inventory.CheckoutRequest{IdempotencyKey: "down-1", Lines: lines(ids[0], 1, ids[1], 2)})
+	require.NoError(t, err)
+	assert.True(t, again.Replayed)
+	assert.True(t, again.Degraded, "the replay says degraded too")
+	assert.Equal(t, 3, statsOf(t, guard, ids[1]).Stock)
+	assertBalanced(t, guard)
+}
