@@ -2,7 +2,10 @@ package inventory_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,4 +273,84 @@ func testHoldExpiryUnguardedWrites(t *testing.T, be backend) {
 		assert.Equal(t, 3, statsOf(t, s, ids[1]).Stock, "%s: the hold's other line came back", name)
 		assertBalanced(t, s)
 	}
+}
+
+// Sales, carts, holds, confirms and cancels of two processes, at once, over items that many
+// expired holds share: every transaction gives back the expired holds it meets first, hold
+// rows then item rows in ascending order, so PostgreSQL finds no deadlock (no busy retry),
+// and every expired hold's units come back exactly once.
+func TestHoldsCleanupUnderLoadNeverDeadlocks(t *testing.T) {
+	forEachBackend(t, testHoldsCleanupUnderLoadNeverDeadlocks)
+}
+
+func testHoldsCleanupUnderLoadNeverDeadlocks(t *testing.T, be backend) {
+	srv := redistest.Start(t)
+	var retries atomic.Int64
+	log := slog.New(countingHandler{words: []string{"busy", "lost lock"}, n: &retries})
+	db, path := openDB(t, be)
+	s1 := cartService(t, db, srv, log)
+	s2 := cartService(t, openPath(t, path), srv, log)
+	ids := resetItems(t, s1, 1000, 1000, 1000, 1000)
+	var holds []int64
+	var latest time.Time
+	for i := range 24 {
+		h, err := s1.PlaceHold(t.Context(), inventory.HoldRequest{TTL: time.Second,
+			Lines: lines(ids[i%4], 1+int64(i%3), ids[(i+1+i%2)%4], 2, ids[(i+3)%4], 1)})
+		require.NoError(t, err)
+		holds = append(holds, h.ID)
+		latest = h.ExpiresAt
+	}
+	time.Sleep(time.Until(latest) + 50*time.Millisecond)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	ctx := context.Background()
+	for w := range 8 {
+		s := []*inventory.Service{s1, s2}[w%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range 12 {
+				k := w*12 + i
+				var err error
+				switch w % 4 {
+				case 0:
+					_, err = s.Checkout(ctx, inventory.CheckoutRequest{Strategy: cartStrategies[k%2],
+						Lines: lines(ids[(k+3)%4], 1, ids[k%4], 1, ids[(k+2)%4], 1)})
+				case 1:
+					_, err = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: ids[k%4], Quantity: 1, Strategy: cartStrategies[k%2]})
+				case 2:
+					var h inventory.StockHold
+					h, err = s.PlaceHold(ctx, inventory.HoldRequest{Strategy: cartStrategies[k%2], Lines: lines(ids[(k+1)%4], 1, ids[k%4], 1)})
+					if err == nil && k%2 == 0 {
+						err = s.CancelHold(ctx, h.ID)
+					} else if err == nil {
+						_, err = s.ConfirmHold(ctx, h.ID)
+					}
+				case 3:
+					id := holds[k%len(holds)]
+					if k%2 == 0 {
+						err = s.CancelHold(ctx, id)
+					} else if _, err = s.ConfirmHold(ctx, id); errors.Is(err, inventory.ErrHoldExpired) {
+						err = nil
+					}
+				}
+				assert.NoError(t, err, "worker %d, op %d", w, i)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	assert.Zero(t, retries.Load(), "no deadlock or busy retried")
+	for _, id := range holds {
+		h, err := s1.GetHold(t.Context(), id)
+		require.NoError(t, err)
+		assert.Contains(t, []string{models.HoldExpired, models.HoldCancelled}, h.Status, "hold %d", id)
+	}
+	all, err := s1.Stats(t.Context())
+	require.NoError(t, err)
+	for _, st := range all {
+		assert.Zero(t, st.HeldUnits, "item %d: every hold ended", st.ItemID)
+	}
+	assertBalanced(t, s1)
 }
