@@ -32,6 +32,7 @@ type config struct {
 	maxBatch        int
 	redisCall       time.Duration // --redis-call-timeout (breaker.go)
 	maxPurchases    int           // --max-purchases: purchases in flight per process, 0 = no bound
+	holdTTL         time.Duration // a stock hold's life when its request names none
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
 }
@@ -55,6 +56,7 @@ var envOf = map[string]string{
 	"max-batch":             "MAX_BATCH",
 	"redis-call-timeout":    "REDIS_CALL_TIMEOUT",
 	"max-purchases":         "MAX_PURCHASES",
+	"hold-ttl":              "HOLD_TTL",
 	"log-level":             "LOG_LEVEL",
 	"shutdown-timeout":      "SHUTDOWN_TIMEOUT",
 }
@@ -93,6 +95,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"open the node's circuit breaker (lock calls then fail at once until a probe answers)")
 	fs.IntVar(&c.maxPurchases, "max-purchases", DefaultMaxPurchases, "most purchases in flight in this process; past it a purchase is answered\n"+
 		"503 at_capacity with Retry-After at once (0 = no bound)")
+	fs.DurationVar(&c.holdTTL, "hold-ttl", inventory.DefaultHoldTTL, fmt.Sprintf("life of a stock hold (POST /api/holds) that names no ttl, %s..%s",
+		inventory.MinHoldTTL, inventory.MaxHoldTTL))
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envOf[f.Name] + "]" })
@@ -174,6 +178,8 @@ func (c config) validate() error {
 		return fmt.Errorf("--on-redis-down %q: want %s or %s", c.onRedisDown, inventory.OnRedisDownFail, inventory.OnRedisDownGuard)
 	case c.maxBatch < 1 || c.maxBatch > 10000:
 		return fmt.Errorf("--max-batch %d must be 1..10000", c.maxBatch)
+	case c.holdTTL < inventory.MinHoldTTL || c.holdTTL > inventory.MaxHoldTTL:
+		return fmt.Errorf("--hold-ttl %s must be %s..%s", c.holdTTL, inventory.MinHoldTTL, inventory.MaxHoldTTL)
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
 	case c.redisCall < 10*time.Millisecond || c.redisCall > 10*time.Second:

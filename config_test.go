@@ -19,6 +19,7 @@ func TestConfigDefaults(t *testing.T) {
 		addr: ":8080", db: "stockguard.db", strategy: "lock+guard", onRedisDown: "fail", lockLease: 30 * time.Second,
 		lockWait: 5 * time.Second, logLevel: slog.LevelInfo, shutdownTimeout: 15 * time.Second,
 		dbStmtTimeout: 5 * time.Second, maxBatch: 64, redisCall: 250 * time.Millisecond, maxPurchases: 1024,
+		holdTTL: 10 * time.Minute,
 	}, c)
 	assert.Equal(t, 10*time.Second, c.writeTimeout())
 }
@@ -30,7 +31,7 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 		"DEMO": "true", "MAX_INFLIGHT_PER_ITEM": "8", "LOG_LEVEL": "debug", "SHUTDOWN_TIMEOUT": "3s",
 		"DB_POOL": "12", "DB_STATEMENT_TIMEOUT": "750ms",
 		"REDIS_CLUSTER": "true", "ON_REDIS_DOWN": "guard",
-		"MAX_BATCH": "1", "REDIS_CALL_TIMEOUT": "100ms", "MAX_PURCHASES": "32",
+		"MAX_BATCH": "1", "REDIS_CALL_TIMEOUT": "100ms", "MAX_PURCHASES": "32", "HOLD_TTL": "90s",
 	}
 	c, err := parseConfig([]string{"--addr", "127.0.0.1:0", "--demo=false"}, func(k string) string { return env[k] }, &bytes.Buffer{})
 	require.NoError(t, err)
@@ -46,6 +47,7 @@ func TestConfigEnvFallbackAndFlagPrecedence(t *testing.T) {
 	assert.Equal(t, 100*time.Millisecond, c.redisCall)
 	assert.Equal(t, 32, c.maxPurchases)
 	assert.Equal(t, 1, c.maxBatch)
+	assert.Equal(t, 90*time.Second, c.holdTTL)
 	assert.Equal(t, slog.LevelDebug, c.logLevel)
 	assert.Equal(t, 3*time.Second, c.shutdownTimeout)
 	assert.Equal(t, 12, c.dbPool)
@@ -72,6 +74,7 @@ func TestConfigErrors(t *testing.T) {
 		{nil, map[string]string{"ON_REDIS_DOWN": "hope"}, `--on-redis-down "hope"`},
 		{[]string{"--redis", "redis://h:1?master_name=m", "--redis-cluster"}, nil, "choose one"},
 		{[]string{"--max-batch", "0"}, nil, "--max-batch 0 must be 1..10000"},
+		{[]string{"--hold-ttl", "2h"}, nil, "--hold-ttl 2h0m0s must be 1s..1h0m0s"},
 	} {
 		var stderr bytes.Buffer
 		code := run(t.Context(), tt.args, func(k string) string { return tt.env[k] }, &stderr)

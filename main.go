@@ -151,6 +151,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Admission:    admission,
 		Default:      cfg.strategy,
 		MaxBatch:     cfg.maxBatch,
+		HoldTTL:      cfg.holdTTL,
 		Holds:        metrics,
 		Logger:       logger.With("component", "inventory"),
 		Checks:       breakerChecks(rb.checks, cfg.onRedisDown),

@@ -60,6 +60,8 @@ var errorTable = []struct {
 	{inventory.ErrSoldOut, apiError{status: http.StatusConflict, code: "sold_out"}},
 	{inventory.ErrInsufficientStock, apiError{status: http.StatusConflict, code: "insufficient_stock"}},
 	{inventory.ErrIdempotencyConflict, apiError{status: http.StatusUnprocessableEntity, code: "idempotency_conflict"}},
+	{inventory.ErrHoldExpired, apiError{status: http.StatusGone, code: "hold_expired"}},
+	{inventory.ErrHoldNotActive, apiError{status: http.StatusConflict, code: "hold_not_active"}},
 	{inventory.ErrOverloaded, apiError{status: http.StatusTooManyRequests, code: "overloaded", retryAfter: true}},
 	{inventory.ErrLockTimeout, apiError{status: http.StatusServiceUnavailable, code: "lock_timeout", retryAfter: true}},
 	{inventory.ErrLockLost, apiError{status: http.StatusServiceUnavailable, code: "lock_lost", retryAfter: true}},

@@ -8,7 +8,9 @@
 //	GET  /api/items/:id              one item (404 not_found)
 //	POST /api/items/:id/purchase     {"quantity":N}: 201 new order, 200 idempotent replay
 //	GET  /api/orders                 ?item_id=&after_id=&limit= (ascending by id)
-//	GET  /api/stats                  sales per item, with oversold_units
+//	GET  /api/stats                  sales per item, with held_units and oversold_units
+//	POST /api/checkout               {"lines":[{"item_id":N,"quantity":N},...]}: a cart, all or nothing
+//	POST /api/holds, GET|DELETE /api/holds/:id, POST /api/holds/:id/confirm   stock holds (checkout.go)
 //	POST /api/admin/reset            Authorization: Bearer <token>; {"items":[...]}
 //	GET  /api/debug/locks            --demo only: the item locks this process holds
 //	GET  /api/strategies             the strategies offered, with description and safety
@@ -60,6 +62,7 @@ type Service interface {
 	Readiness(ctx context.Context) ([]inventory.CheckResult, error)
 	Strategies() []string
 	DescribeStrategies() []inventory.StrategyInfo
+	Carts
 }
 
 // Config configures New.
@@ -163,7 +166,8 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	api.POST("/admin/reset", limitBody(MaxResetBodyBytes), s.requireAdmin, s.reset)
 	api.GET("/debug/locks", small, s.debugLocks)
 	api.GET("/strategies", small, s.strategies)
-	if s.demo { // Go's profiles of the purchase path under load
+	s.cartRoutes(api, small) // checkout.go
+	if s.demo {              // Go's profiles of the purchase path under load
 		r.GET("/debug/pprof/*name", small, gin.WrapF(servePprof))
 	}
 	if s.extend != nil {

@@ -96,6 +96,16 @@ func (st store) writeOrders(ctx context.Context, itemID int64, ps []purchase, st
 	}
 	err := st.sqlTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := time.Now().UTC()
+		// The units of expired holds on the item go back first (cart_store.go): the stock a
+		// sale may count on includes them. Every hold found has a line of itemID, so the rows
+		// are still locked in ascending item order.
+		give, err := st.expireHolds(ctx, tx, []int64{itemID})
+		if err != nil {
+			return err
+		}
+		if err := st.giveBackAll(ctx, tx, give, now); err != nil {
+			return err
+		}
 		left, err := st.guardedUpdate(ctx, tx, itemID, total, token, now)
 		if err != nil {
 			return err
@@ -120,6 +130,9 @@ func (st store) writeOrders(ctx context.Context, itemID int64, ps []purchase, st
 				return err
 			}
 			stock -= p.quantity
+			if _, err := tx.StmtContext(ctx, st.cq.insertLine).ExecContext(ctx, id, itemID, p.quantity, token, stock); err != nil {
+				return err
+			}
 			out[i] = batchResult{rec: Receipt{OrderID: id, ItemID: itemID, Quantity: p.quantity, Remaining: stock,
 				FenceToken: token, Strategy: strategy, Degraded: p.degraded}}
 		}
@@ -237,10 +250,11 @@ func (q *statements) close() {
 	}
 }
 
-// readFast is read without GORM: the item's stock and fence token, or ErrNotFound.
+// readFast is read without GORM: the item's available stock (its stock plus the units of
+// expired holds not given back yet: sqlReadAvail) and fence token, or ErrNotFound.
 func (st store) readFast(ctx context.Context, itemID int64) (row, error) {
 	var r row
-	err := st.q.readItem.QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken)
+	err := st.cq.readAvail.QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken)
 	if errors.Is(err, sql.ErrNoRows) {
 		return row{}, fmt.Errorf("%w: item %d", ErrNotFound, itemID)
 	}

@@ -72,24 +72,28 @@ func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]Order, error)
 }
 
 // Stats returns every item's sales summary, ascending by item id, read in one statement (one
-// consistent snapshot).
+// consistent snapshot): sold units count order lines (a cart's order sells several items),
+// held units the lines of holds still active (off the stock, until confirmed, cancelled or
+// expired and given back), so that initial stock = stock + sold + held when nothing oversold.
 func (s *Service) Stats(ctx context.Context) ([]ItemStats, error) {
 	stats := []ItemStats{}
 	err := s.db.WithContext(ctx).Raw(`
 		SELECT i.id AS item_id, i.sku AS sku, i.initial_stock AS initial_stock, i.stock AS stock,
-		       CAST(COALESCE(SUM(o.quantity), 0) AS BIGINT) AS sold_units, COUNT(o.id) AS order_count
-		FROM items i LEFT JOIN orders o ON o.item_id = i.id
-		GROUP BY i.id ORDER BY i.id`).Scan(&stats).Error
+		       CAST(COALESCE((SELECT SUM(l.quantity) FROM order_lines l WHERE l.item_id = i.id), 0) AS BIGINT) AS sold_units,
+		       (SELECT COUNT(*) FROM order_lines l WHERE l.item_id = i.id) AS order_count,
+		       CAST(COALESCE((SELECT SUM(hl.quantity) FROM hold_lines hl JOIN holds h ON h.id = hl.hold_id
+		                      WHERE hl.item_id = i.id AND h.status = 'active'), 0) AS BIGINT) AS held_units
+		FROM items i ORDER BY i.id`).Scan(&stats).Error
 	if err != nil {
 		return nil, s.dbErr(err)
 	}
 	for i := range stats {
-		stats[i].OversoldUnits = max(0, stats[i].SoldUnits-stats[i].InitialStock)
+		stats[i].OversoldUnits = max(0, stats[i].SoldUnits+stats[i].HeldUnits-stats[i].InitialStock)
 	}
 	return stats, nil
 }
 
-// Reset replaces the catalogue and deletes every order, in one transaction; each item's
+// Reset replaces the catalogue and deletes every order and hold, in one transaction; each item's
 // initial stock is its stock. It fails with ErrInvalid when an item has an empty sku or name,
 // a negative stock or price, or when two items share a sku; nothing is changed then. Once the
 // new catalogue is committed, Reset calls the Resetter of every offered strategy that keeps
@@ -113,8 +117,10 @@ func (s *Service) Reset(ctx context.Context, items []NewItem) error {
 			Stock: it.Stock, InitialStock: it.Stock})
 	}
 	err := s.store.tx(ctx, func(tx *gorm.DB) error {
-		if err := tx.Exec("DELETE FROM orders").Error; err != nil {
-			return err
+		for _, table := range []string{"order_lines", "orders", "hold_lines", "holds"} {
+			if err := tx.Exec("DELETE FROM " + table).Error; err != nil {
+				return err
+			}
 		}
 		if err := tx.Exec("DELETE FROM items").Error; err != nil {
 			return err

@@ -14,7 +14,10 @@ var _ Held = (*locking.Lock)(nil)
 // NewLocker adapts a locking.Client to Locker. Obtain passes the floor with locking.WithFloor,
 // maps locking.ErrNotObtained to ErrLockTimeout and every other failure (Redis unreachable,
 // client closed) to ErrUnavailable.
-func NewLocker(c *locking.Client) Locker { return redisLocker{obtain: c.Obtain} }
+// It is also a MultiLocker (Client.ObtainMany), for carts and holds.
+func NewLocker(c *locking.Client) Locker {
+	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain}, many: c.ObtainMany}
+}
 
 // NewRedlockLocker adapts a locking.Redlock (a lock held on a quorum of independent Redis
 // nodes) to Locker, for the redlock+guard strategy (Config.Redlock), with the same mapping as

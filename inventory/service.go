@@ -52,6 +52,13 @@ type Config struct {
 	// Extra are strategies added after the built-in ones, in order (each offered under its own
 	// name, which must not repeat one offered already). Default: none.
 	Extra []Strategy
+
+	// Multi takes several item locks at once for the carts and holds of lock+guard
+	// (checkout.go). Default: Locker, when it is one (NewLocker's is).
+	Multi MultiLocker
+	// HoldTTL is the life of a hold whose request names none (holds.go). Default (and for
+	// d <= 0): DefaultHoldTTL.
+	HoldTTL time.Duration
 }
 
 // DefaultWriteTimeout is Config.WriteTimeout's default: longer than the default statement
@@ -75,6 +82,8 @@ type Service struct {
 	keys       keyed[string]  // idempotency keys in flight in this process
 	deps       deps           // what the strategies share; deps.observe reports each attempt
 	life       *lifecycle     // the coalescing workers
+	multi      MultiLocker    // carts and holds of lock+guard; nil: they answer ErrUnavailable
+	holdTTL    time.Duration  // a hold's default life
 }
 
 // NewService returns a Service over cfg. It fails when cfg.DB is nil, a name of cfg.Extra
@@ -137,6 +146,13 @@ func NewService(cfg Config) (*Service, error) {
 				s.resets = append(s.resets, r)
 			}
 		}
+	}
+	s.multi, s.holdTTL = cfg.Multi, cfg.HoldTTL
+	if s.multi == nil {
+		s.multi, _ = cfg.Locker.(MultiLocker)
+	}
+	if s.holdTTL <= 0 {
+		s.holdTTL = DefaultHoldTTL
 	}
 	if _, ok := s.strategies[s.def]; !ok {
 		return nil, fmt.Errorf("inventory: default strategy %q is not offered (offered: %v)", s.def, s.names)

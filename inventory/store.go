@@ -47,8 +47,10 @@ type store struct {
 	// writeTimeout bounds a write transaction from BEGIN to COMMIT.
 	writeTimeout time.Duration
 
-	sqlDB *sql.DB     // db's pool, for the hand-written statements of the hot path
-	q     *statements // those statements, in db's dialect
+	sqlDB *sql.DB         // db's pool, for the hand-written statements of the hot path
+	q     *statements     // those statements, in db's dialect
+	pg    bool            // the database is PostgreSQL (the dialect of the cart SQL)
+	cq    *cartStatements // the statements carts and holds added (cart_store.go)
 }
 
 func newStore(db *gorm.DB, writeTimeout time.Duration) (store, error) {
@@ -61,25 +63,22 @@ func newStore(db *gorm.DB, writeTimeout time.Duration) (store, error) {
 	if err != nil {
 		return store{}, err
 	}
-	st := store{db: db, writeTimeout: writeTimeout, sqlDB: sqlDB, q: q}
+	cq, err := prepareCartStatements(context.Background(), sqlDB, be == models.Postgres)
+	if err != nil {
+		q.close()
+		return store{}, err
+	}
+	st := store{db: db, writeTimeout: writeTimeout, sqlDB: sqlDB, q: q, pg: be == models.Postgres, cq: cq}
 	if be.OneWriter() {
 		st.gate = make(chan struct{}, 1)
 	}
 	return st, nil
 }
 
-// read returns the item's stock and fence token, in a statement of its own (no transaction).
+// read returns the item's available stock (its stock plus the units of expired holds not
+// given back yet) and fence token, in a statement of its own (no transaction).
 func (st store) read(ctx context.Context, itemID int64) (row, error) {
-	return readRow(st.db.WithContext(ctx), itemID)
-}
-
-func readRow(db *gorm.DB, itemID int64) (row, error) {
-	var r row
-	err := db.Raw("SELECT stock, fence_token FROM items WHERE id = ?", itemID).Row().Scan(&r.Stock, &r.FenceToken)
-	if errors.Is(err, sql.ErrNoRows) {
-		return row{}, fmt.Errorf("%w: item %d", ErrNotFound, itemID)
-	}
-	return r, err
+	return st.readFast(ctx, itemID)
 }
 
 // checkStock tells whether quantity can be sold from stock: nil, ErrSoldOut or
@@ -99,6 +98,14 @@ func checkStock(itemID int64, stock, quantity int) error {
 func (st store) writeComputed(ctx context.Context, p purchase, strategy string, newStock int, token int64) (Receipt, error) {
 	var rec Receipt
 	err := st.tx(ctx, func(tx *gorm.DB) error {
+		// The units of expired holds are first given back: the stock read counted them.
+		give, err := st.expireHolds(ctx, gormConn(tx), []int64{p.itemID})
+		if err != nil {
+			return err
+		}
+		if err := st.giveBackAll(ctx, gormConn(tx), give, time.Now().UTC()); err != nil {
+			return err
+		}
 		res := tx.Exec("UPDATE items SET stock = ?, updated_at = ? WHERE id = ?", newStock, time.Now().UTC(), p.itemID)
 		if res.Error != nil {
 			return res.Error
@@ -106,7 +113,6 @@ func (st store) writeComputed(ctx context.Context, p purchase, strategy string, 
 		if res.RowsAffected == 0 {
 			return fmt.Errorf("%w: item %d", ErrNotFound, p.itemID)
 		}
-		var err error
 		rec, err = insertOrder(tx, p, strategy, token, newStock)
 		return err
 	})
@@ -132,6 +138,10 @@ func insertOrder(tx *gorm.DB, p purchase, strategy string, token int64, remainin
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
 			return Receipt{}, errDuplicateKey
 		}
+		return Receipt{}, err
+	}
+	line := models.OrderLine{OrderID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, FenceToken: token, Remaining: remaining}
+	if err := tx.Create(&line).Error; err != nil {
 		return Receipt{}, err
 	}
 	return receiptOf(o, false), nil

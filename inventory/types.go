@@ -66,8 +66,9 @@ type ItemStats struct {
 	SKU           string `json:"sku"`
 	InitialStock  int    `json:"initial_stock"`
 	Stock         int    `json:"stock"`
-	SoldUnits     int    `json:"sold_units"`
-	OrderCount    int    `json:"order_count"`
+	SoldUnits     int    `json:"sold_units"`  // the units of its order lines
+	OrderCount    int    `json:"order_count"` // the orders with a line of it
+	HeldUnits     int    `json:"held_units"`  // the units of its active holds (off the stock, not sold)
 	OversoldUnits int    `json:"oversold_units"`
 }
 

@@ -46,3 +46,49 @@ type Order struct {
 	BatchID        int64   `gorm:"not null;default:0"`
 	CreatedAt      time.Time
 }
+
+// OrderLine is one item of an order: an order has one line per item it sold (a single
+// purchase one, a cart one per distinct item), written in the same transaction as the order
+// and the stock updates. FenceToken is the lock token that wrote the line's item (0 without a
+// lock); Remaining is that item's stock right after the order, kept so that an idempotent
+// replay can rebuild the original answer. Orders stored before lines existed get one line
+// each at migration (migrate).
+type OrderLine struct {
+	ID         int64 `gorm:"primaryKey"`
+	OrderID    int64 `gorm:"not null;uniqueIndex:idx_order_lines_order_item,priority:1"`
+	ItemID     int64 `gorm:"not null;index;uniqueIndex:idx_order_lines_order_item,priority:2"`
+	Quantity   int   `gorm:"not null"`
+	FenceToken int64 `gorm:"not null;default:0"`
+	Remaining  int   `gorm:"not null;default:0"`
+}
+
+// Hold statuses. A hold is placed active; it ends confirmed (turned into an order), cancelled
+// or expired, once, by a conditional update (WHERE status = 'active').
+const (
+	HoldActive    = "active"
+	HoldConfirmed = "confirmed"
+	HoldCancelled = "cancelled"
+	HoldExpired   = "expired"
+)
+
+// Hold is a reservation of stock: its lines' units were taken off the items' stock when it was
+// placed, and go back when it is cancelled or expires. ExpiresAtMS is the expiry in Unix
+// milliseconds of the database's clock (never a process's). OrderID is the order a
+// confirmation made.
+type Hold struct {
+	ID          int64  `gorm:"primaryKey"`
+	Status      string `gorm:"not null;index"`
+	ExpiresAtMS int64  `gorm:"column:expires_at_ms;not null"`
+	OrderID     *int64
+	Strategy    string `gorm:"not null;default:''"`
+	CreatedAt   time.Time
+}
+
+// HoldLine is one item of a hold. FenceToken is the lock token that took its units.
+type HoldLine struct {
+	ID         int64 `gorm:"primaryKey"`
+	HoldID     int64 `gorm:"not null;uniqueIndex:idx_hold_lines_hold_item,priority:1"`
+	ItemID     int64 `gorm:"not null;index;uniqueIndex:idx_hold_lines_hold_item,priority:2"`
+	Quantity   int   `gorm:"not null"`
+	FenceToken int64 `gorm:"not null;default:0"`
+}

@@ -216,15 +216,27 @@ func buildDSN(dsn string, busy time.Duration) (full string, memory bool, err err
 // that fails half-way leaves nothing behind.
 //
 // The schema: items (unique sku), orders (unique idempotency_key, NULLs distinct, so that
-// INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING works on both backends).
+// INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING works on both backends),
+// order_lines (one per order and item), holds and hold_lines. Orders without a line (stored
+// before lines existed, or by a process of an older version since) get their one line from
+// the order's own columns: an INSERT ... SELECT of the orders that have none, so running it
+// again adds nothing.
 func migrate(ctx context.Context, db *gorm.DB) error {
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := serialize(tx); err != nil {
 			return err
 		}
-		return tx.AutoMigrate(&Item{}, &Order{})
+		if err := tx.AutoMigrate(&Item{}, &Order{}, &OrderLine{}, &Hold{}, &HoldLine{}); err != nil {
+			return err
+		}
+		return tx.Exec(sqlBackfillLines).Error
 	})
 }
+
+// sqlBackfillLines gives every order without a line its one line (migrate).
+const sqlBackfillLines = `INSERT INTO order_lines (order_id, item_id, quantity, fence_token, remaining)
+	SELECT o.id, o.item_id, o.quantity, o.fence_token, o.remaining FROM orders o
+	WHERE NOT EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id)`
 
 // retryBusy runs fn again while it fails with SQLITE_BUSY, up to 10 times with a growing pause.
 func retryBusy(ctx context.Context, fn func() error) error {
