@@ -290,39 +290,42 @@ func (s *coalesced) obtainFailed(q *itemQueue, n int, err error) {
 }
 
 // admit takes the batch of this hold from the front of the queue, in arrival order, while the
-// purchases fit in stock (at most maxBatch of them). The others met on the way are answered
-// sold out or insufficient stock at once; once nothing is left, so is everyone still waiting.
+// purchases fit in stock (at most maxBatch of them). A purchase that does not fit in the stock
+// the hold read is answered sold out or insufficient stock at once, with no work spent: that
+// stock was there during its wait, so the answer is true. A purchase that fits in what was read
+// but not in what the batch admitted before it leaves is NOT answered now: the batch has not
+// written those units yet (it may never: a buyer leaves, the lock is lost, the write fails), so
+// "sold out" would be a promise the database does not keep yet. It stays in the queue, first,
+// for the next hold, which reads the stock after this one's write and decides then.
 func (s *coalesced) admit(q *itemQueue, stock int) []*waiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	var batch []*waiter
+	read := stock
+	var batch, next []*waiter
 	i := 0
 	for ; i < len(q.pending) && len(batch) < s.maxBatch; i++ {
 		w := q.pending[i]
 		if w.state.Load() == stateAbandoned {
 			continue
 		}
-		w.p.spent.addLock(now.Sub(w.enqueued))
-		s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity})
-		if err := checkStock(q.id, stock, w.p.quantity); err != nil {
-			w.answer(Receipt{}, err) // refused with no work spent
+		if err := checkStock(q.id, read, w.p.quantity); err != nil {
+			w.p.spent.addLock(now.Sub(w.enqueued))
+			s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
+			w.answer(Receipt{}, err) // refused on the stock read, with no work spent
 			continue
 		}
+		if w.p.quantity > stock {
+			next = append(next, w) // fits in the read, not beside the batch: the next hold decides
+			continue
+		}
+		w.p.spent.addLock(now.Sub(w.enqueued))
+		s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity})
 		stock -= w.p.quantity
 		w.admitted.Store(true)
 		batch = append(batch, w)
 	}
-	if stock <= 0 {
-		for ; i < len(q.pending); i++ {
-			if w := q.pending[i]; w.state.Load() != stateAbandoned {
-				w.p.spent.addLock(now.Sub(w.enqueued))
-				s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity})
-				w.answer(Receipt{}, fmt.Errorf("%w: item %d", ErrSoldOut, q.id))
-			}
-		}
-	}
-	q.pending = append([]*waiter(nil), q.pending[i:]...)
+	q.pending = append(next, q.pending[i:]...)
 	return batch
 }
 
@@ -371,6 +374,25 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 			ready = append(ready, w)
 		}
 	}
+	// over: purchases a re-admission left out for want of the units the purchases kept before
+	// them take. They are answered once the write is decided: refused against the stock that
+	// write left, or with the write's own error (nothing was written for anyone).
+	var over []*waiter
+	answerOver := func(remaining int, err error) {
+		for _, w := range over {
+			if err == nil {
+				err := checkStock(q.id, remaining, w.p.quantity)
+				if err == nil {
+					// It fits after all (purchases before it replayed an existing order and
+					// wrote nothing): nothing was written for it; Service.run serves it again.
+					err = fmt.Errorf("%w: item %d: left out of its hold's write, nothing was written", ErrLockLost, q.id)
+				}
+				replies = append(replies, reply{w: w, err: err})
+				continue
+			}
+			replies = append(replies, reply{w: w, err: err})
+		}
+	}
 	for attempt := 0; len(ready) > 0; attempt++ {
 		ps := make([]purchase, len(ready))
 		for i, w := range ready {
@@ -382,14 +404,17 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 		switch {
 		case err == nil:
 			written := 0
+			remaining := q.stock
 			for i, w := range ready {
 				if res[i].err == nil { // event point: order written
 					written++
 					q.stock -= w.p.quantity
+					remaining = res[i].rec.Remaining
 				}
 				replies = append(replies, reply{w: w, rec: res[i].rec, err: res[i].err})
 			}
 			q.fence = held.Token()
+			answerOver(remaining, nil)
 			return replies, written
 		case moved && attempt < maxReadmits && lockCtx.Err() == nil:
 			// Another writer took stock since the read: read again and admit again under the
@@ -400,7 +425,13 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 				break
 			}
 			q.stock = r.Stock
-			ready = readmit(q.id, r.Stock, ready, &replies)
+			var more []*waiter
+			ready, more = readmit(q.id, r.Stock, append(ready, over...), &replies)
+			over = more
+			if len(ready) == 0 {
+				answerOver(r.Stock, nil) // none fits beside another: refused on the stock read
+				over = nil
+			}
 			continue
 		case moved && lockCtx.Err() != nil && ctx.Err() == nil:
 			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
@@ -411,23 +442,32 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 		for _, w := range ready {
 			replies = append(replies, reply{w: w, err: err})
 		}
+		answerOver(0, err)
 		return replies, 0
 	}
 	return replies, 0
 }
 
-// readmit keeps, in order, the purchases that fit in stock and answers the others.
-func readmit(itemID int64, stock int, ready []*waiter, replies *[]reply) []*waiter {
-	kept := ready[:0]
+// readmit keeps, in order, the purchases that fit in stock, the stock read again under the
+// hold. One that does not fit in that stock is answered (true: the stock was read during its
+// wait); one that fits in it but not beside the purchases kept before it is returned in over:
+// its answer waits for the write (see sell).
+func readmit(itemID int64, stock int, ready []*waiter, replies *[]reply) (kept, over []*waiter) {
+	read := stock
+	kept = ready[:0]
 	for _, w := range ready {
-		if err := checkStock(itemID, stock, w.p.quantity); err != nil {
+		if err := checkStock(itemID, read, w.p.quantity); err != nil {
 			*replies = append(*replies, reply{w: w, err: err})
+			continue
+		}
+		if w.p.quantity > stock {
+			over = append(over, w)
 			continue
 		}
 		stock -= w.p.quantity
 		kept = append(kept, w)
 	}
-	return kept
+	return kept, over
 }
 
 // lifecycle owns the coalescing workers of a Service: Close cancels ctx (a lock wait or read
