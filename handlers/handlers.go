@@ -97,6 +97,9 @@ type Config struct {
 	// MaxPurchases bounds the purchases in flight in this process; past it a purchase is
 	// answered 503 at_capacity with Retry-After at once (shed.go). 0: no bound.
 	MaxPurchases int
+	// ProfilesNeedAdmin makes /debug/pprof/ (demo mode) take the admin token, as the admin
+	// routes do: set it when a demo server listens beyond loopback.
+	ProfilesNeedAdmin bool
 }
 
 // ginSetup sets Gin's process-wide settings once: release mode, no debug output.
@@ -115,6 +118,7 @@ type server struct {
 	extend          func(*gin.Engine)
 	pages           *Pages
 	bound           gin.HandlerFunc // purchases in flight (shed.go)
+	profilesAdmin   bool
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
@@ -137,6 +141,7 @@ func New(cfg Config) http.Handler {
 		extend:          cfg.Extend,
 		pages:           cfg.Pages,
 		bound:           purchaseBound(cfg.MaxPurchases),
+		profilesAdmin:   cfg.ProfilesNeedAdmin,
 	}
 	for _, name := range cfg.Service.Strategies() {
 		s.offered[name] = true
@@ -168,7 +173,11 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	api.GET("/strategies", small, s.strategies)
 	s.cartRoutes(api, small) // checkout.go
 	if s.demo {              // Go's profiles of the purchase path under load
-		r.GET("/debug/pprof/*name", small, gin.WrapF(servePprof))
+		chain := []gin.HandlerFunc{small}
+		if s.profilesAdmin {
+			chain = append(chain, s.requireAdmin)
+		}
+		r.GET("/debug/pprof/*name", append(chain, gin.WrapF(servePprof))...)
 	}
 	if s.extend != nil {
 		s.extend(r)
