@@ -15,7 +15,8 @@
 //	GET  /api/debug/locks            --demo only: the item locks this process holds
 //	GET  /api/strategies             the strategies offered, with description and safety
 //	GET  /, /static/*                the shop page (or the page of Config.Pages)
-//	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof)
+//	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof); the admin
+//	                                 token too with Config.ProfilesNeedAdmin
 //	GET  /healthz, /readyz, /metrics
 //
 // An extension (the lock lab of package lab) adds its own routes through Config.Extend, its

@@ -20,6 +20,10 @@
 //	POST /api/lab/pause              SIGSTOP an item's lock holder (supervisor only)
 //	POST /api/lab/reset              the lab catalogue (one storefront process)
 //	ANY  /i/:index/*path             instance index's API (supervisor only)
+//
+// The three POSTs, and an instance's lab POSTs and profiles under /i/, take the admin token
+// when the demo listens beyond loopback (StorefrontConfig.RequireToken,
+// SupervisorConfig.RequireToken); on loopback they take none.
 package lab
 
 import (
