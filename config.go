@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -35,6 +37,12 @@ type config struct {
 	holdTTL         time.Duration // a stock hold's life when its request names none
 	logLevel        slog.Level
 	shutdownTimeout time.Duration
+	// dbGiven tells whether --db (or DATABASE_URL) was given: --demo without it runs on a
+	// fresh SQLite file of its own (run makes it), never on the storefront's stockguard.db.
+	dbGiven bool
+	// labLink: log the demo's page address once listening (not in a lab instance, whose
+	// supervisor logs its own).
+	labLink bool
 }
 
 // envOf names the environment variable read when a flag is not given on the command line.
@@ -67,12 +75,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var c config
 	fs := flag.NewFlagSet("stockguard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "addr", ":8080", "listen address; host:0 picks a free port")
+	fs.StringVar(&c.addr, "addr", ":8080", "listen address; host:0 picks a free port; "+demoAddr+" by default with --demo")
 	fs.StringVar(&c.db, "db", "stockguard.db", "database: a postgres:// or postgresql:// URL for PostgreSQL,\n"+
-		"anything else is an SQLite file (or a file: URI)")
+		"anything else is an SQLite file (or a file: URI); with --demo and no --db: a fresh SQLite file, deleted at exit")
 	fs.IntVar(&c.dbPool, "db-pool", 0, fmt.Sprintf("database connection pool size per process; 0: %d for PostgreSQL, max(4, GOMAXPROCS) for SQLite",
 		models.DefaultPostgresPool))
-	fs.DurationVar(&c.dbStmtTimeout, "db-statement-timeout", 5*time.Second, "longest a database statement may run or wait for a lock\n"+
+	durationVar(fs, &c.dbStmtTimeout, "db-statement-timeout", 5*time.Second, "longest a database statement may run or wait for a lock\n"+
 		"(PostgreSQL statement_timeout; SQLite busy timeout); every write transaction gets twice that as its deadline")
 	fs.StringVar(&c.redisURLs, "redis", "", "Redis URL redis://host:port/db; several comma-separated for Redlock.\n"+
 		"Sentinel: redis://sentinel:port?master_name=NAME&addr=sentinel2:port... (the master_name marks it).\n"+
@@ -82,11 +90,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.onRedisDown, "on-redis-down", inventory.OnRedisDownFail, "when Redis is unreachable, lock+guard and redlock+guard (and the admission limit):\n"+
 		"fail (503 unavailable) or guard (sell through the database guard alone, orders marked degraded)")
 	fs.StringVar(&c.strategy, "strategy", inventory.StrategyLockGuard, "default purchase strategy: "+strategyNames())
-	fs.DurationVar(&c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog); "+demoLease.String()+" by default with --demo")
-	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
+	durationVar(fs, &c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog); "+demoLease.String()+" by default with --demo")
+	durationVar(fs, &c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of POST /api/admin/reset; empty: a random one, logged once")
-	fs.BoolVar(&c.demo, "demo", false, "accept X-Strategy and X-Simulated-Work, serve /api/debug/locks;\n"+
-		"and, unless built with -tags nodemo, offer the demo strategies and serve the lock lab (X-Fault, /api/events, /api/lab)")
+	fs.BoolVar(&c.demo, "demo", false, "demo mode, for learning on your own machine: accept X-Strategy and X-Simulated-Work,\n"+
+		"serve /api/debug/locks and Go's profiles (/debug/pprof/); unless built with -tags nodemo, offer the demo\n"+
+		"strategies and serve the lock lab at / (X-Fault, /api/events, /api/lab: runs, SIGSTOP, catalogue reset).\n"+
+		"Listens on "+demoAddr+" unless --addr says otherwise; on any other address the lab's run, pause and\n"+
+		"reset and /debug/pprof/ need the admin token, and on loopback they need none")
 	fs.IntVar(&c.instances, "instances", 0, "with --demo: serve the lab and start this many storefront processes sharing the\n"+
 		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
@@ -98,7 +109,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.holdTTL, "hold-ttl", inventory.DefaultHoldTTL, fmt.Sprintf("life of a stock hold (POST /api/holds) that names no ttl, %s..%s",
 		inventory.MinHoldTTL, inventory.MaxHoldTTL))
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
+	durationVar(fs, &c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [$" + envOf[f.Name] + "]" })
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: stockguard [flags]\n\nEach flag falls back to the environment variable in brackets.\n\n")
@@ -113,10 +124,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if err := applyEnv(fs, getenv); err != nil {
 		return c, err
 	}
-	leaseGiven := false
-	fs.Visit(func(f *flag.Flag) { leaseGiven = leaseGiven || f.Name == "lock-lease" }) // flag or variable
-	if c.demo && !leaseGiven {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true }) // flag or variable
+	c.dbGiven = given["db"]
+	if c.demo && !given["lock-lease"] {
 		c.lockLease = demoLease // short, so that the lab can show a lease running out
+	}
+	if c.demo && !given["addr"] {
+		c.addr = demoAddr // the demo's unauthenticated lab stays on this machine
 	}
 	return c, c.validate()
 }
@@ -140,11 +155,52 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	return errors.Join(errs...)
 }
 
-// demoLease is the default lock lease in demo mode; maxInstances bounds --instances.
+// demoLease is the default lock lease in demo mode, demoAddr its default listen address (loopback
+// only); maxInstances bounds --instances.
 const (
-	demoLease    = 3 * time.Second
+	demoLease    = 2 * time.Second
+	demoAddr     = "127.0.0.1:8080"
 	maxInstances = 16
 )
+
+// exposed reports whether a demo server listens beyond loopback: then the lab's mutating
+// routes and Go's profiles need the admin token. An address without a host (":8080"), an
+// unspecified one (0.0.0.0, [::]) or a name other than localhost counts as exposed.
+func (c config) exposed() bool {
+	if !c.demo {
+		return false
+	}
+	host, _, err := net.SplitHostPort(c.addr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.IsLoopback()
+}
+
+// durationVar defines a duration flag whose parse error says what is expected (flag's own
+// says only "parse error").
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
+}
+
+// durationValue is a time.Duration flag.Value.
+type durationValue time.Duration
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a Go duration with its unit, such as 3s, 500ms or 1m30s (%w)", err)
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+func (d *durationValue) String() string { return (*time.Duration)(d).String() }
 
 // stallFor is the length of the demo stall fault and of the lab's pause: three leases.
 func (c config) stallFor() time.Duration {
@@ -214,12 +270,13 @@ func strategyNames() string {
 	for _, st := range inventory.StrategyTable() {
 		names = append(names, st.Name)
 	}
-	if demo.strategies != nil {
-		for _, st := range demo.strategies() {
-			names = append(names, st.Name)
-		}
+	if demo.strategies == nil {
+		return strings.Join(names, ", ")
 	}
-	return strings.Join(names, ", ")
+	for _, st := range demo.strategies() {
+		names = append(names, st.Name+" (demo)")
+	}
+	return strings.Join(names, ", ") + ";\nthose marked (demo) are demo-only: they need --demo"
 }
 
 // demoOnly reports whether name is one of the demo's strategies (offered with --demo only).

@@ -34,5 +34,16 @@ func TestConfigDemoStrategyErrors(t *testing.T) {
 	}
 	var help bytes.Buffer
 	require.Equal(t, 0, run(t.Context(), []string{"-h"}, func(string) string { return "" }, &help))
-	assert.Contains(t, help.String(), "lock+guard, redlock+guard, setnx-expire")
+	assert.Contains(t, help.String(), "lock+guard, redlock+guard, setnx-expire (demo), ")
+	assert.Contains(t, help.String(), "those marked (demo) are demo-only")
+}
+
+// --help tells what --demo serves and exposes.
+func TestHelpDemo(t *testing.T) {
+	var help bytes.Buffer
+	require.Equal(t, 0, run(t.Context(), []string{"-h"}, func(string) string { return "" }, &help))
+	for _, want := range []string{"lock lab", "X-Fault", "/debug/pprof/", "127.0.0.1:8080 unless --addr", "need the admin token",
+		"a fresh SQLite file, deleted at exit"} {
+		assert.Contains(t, help.String(), want)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"log/slog"
 	"strings"
@@ -100,4 +101,66 @@ func TestInstancesNeedsDemo(t *testing.T) {
 	code := run(t.Context(), []string{"--instances", "2"}, func(string) string { return "" }, &stderr)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr.String(), "--instances needs --demo")
+}
+
+// --demo listens on loopback unless an address is given; beyond loopback it is exposed (its
+// lab's mutating routes and profiles then take the admin token). Its database is its own
+// unless --db names one.
+func TestConfigDemoAddress(t *testing.T) {
+	for _, tt := range []struct {
+		args    []string
+		env     map[string]string
+		addr    string
+		exposed bool
+	}{
+		{[]string{"--demo"}, nil, "127.0.0.1:8080", false},
+		{[]string{"--demo", "--addr", ":8080"}, nil, ":8080", true},
+		{[]string{"--demo"}, map[string]string{"ADDR": "0.0.0.0:9000"}, "0.0.0.0:9000", true},
+		{[]string{"--demo", "--addr", "[::]:1"}, nil, "[::]:1", true},
+		{[]string{"--demo", "--addr", "192.168.1.4:1"}, nil, "192.168.1.4:1", true},
+		{[]string{"--demo", "--addr", "localhost:1"}, nil, "localhost:1", false},
+		{[]string{"--demo", "--addr", "[::1]:1"}, nil, "[::1]:1", false},
+		{nil, nil, ":8080", false}, // not a demo: the storefront's own address, nothing of the lab
+	} {
+		c, err := parseConfig(tt.args, func(k string) string { return tt.env[k] }, &bytes.Buffer{})
+		require.NoError(t, err)
+		assert.Equal(t, tt.addr, c.addr, "%v %v", tt.args, tt.env)
+		assert.Equal(t, tt.exposed, c.exposed(), "%v %v", tt.args, tt.env)
+	}
+	c, err := parseConfig([]string{"--demo"}, func(string) string { return "" }, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.False(t, c.dbGiven)
+	assert.Equal(t, demoLease, c.lockLease)
+	c, err = parseConfig([]string{"--demo"}, func(k string) string { return map[string]string{"DATABASE_URL": "x.db"}[k] }, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.True(t, c.dbGiven)
+}
+
+// A duration without its unit is refused with what is wanted, from a flag or a variable.
+func TestConfigDurationNeedsUnit(t *testing.T) {
+	var stderr bytes.Buffer
+	assert.Equal(t, 2, run(t.Context(), []string{"--lock-lease", "3"}, func(string) string { return "" }, &stderr))
+	assert.Contains(t, stderr.String(), `invalid value "3" for flag -lock-lease: want a Go duration with its unit, such as 3s`)
+	stderr.Reset()
+	assert.Equal(t, 2, run(t.Context(), nil, func(k string) string { return map[string]string{"LOCK_WAIT": "5"}[k] }, &stderr))
+	assert.Contains(t, stderr.String(), `invalid value "5" for LOCK_WAIT: want a Go duration with its unit`)
+}
+
+// Every log record is one line: a driver's multi-line error is folded, not escaped.
+func TestLogRecordsAreOneLine(t *testing.T) {
+	var out bytes.Buffer
+	logger := newLogger(&out, slog.LevelInfo)
+	logger.Error("stockguard failed", "err", errors.New("failed to connect:\n\t127.0.0.1:1: refused\n\t[::1]:1: refused"))
+	assert.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
+	assert.NotContains(t, out.String(), `\n`)
+	assert.Contains(t, out.String(), "failed to connect:; 127.0.0.1:1: refused; [::1]:1: refused")
+}
+
+// go-redis's own lines (a refused dial while a Redis boots) are debug lines of the logger.
+func TestRedisLoggerIsDebug(t *testing.T) {
+	var out bytes.Buffer
+	redisLogger{newLogger(&out, slog.LevelInfo)}.Printf(t.Context(), "redis: connection pool: failed to dial: %s", "refused")
+	assert.Empty(t, out.String())
+	redisLogger{newLogger(&out, slog.LevelDebug)}.Printf(t.Context(), "redis: connection pool: failed to dial: %s", "refused")
+	assert.Contains(t, out.String(), "level=DEBUG")
 }

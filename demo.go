@@ -36,7 +36,8 @@ var supervisorExecutable = os.Executable
 // labStorefront is the lab in one --demo storefront process.
 func labStorefront(ctx context.Context, cfg config, rdb redis.UniversalClient) demoStorefront {
 	return storefrontLab{lab.NewStorefront(ctx, lab.StorefrontConfig{
-		Redis: rdb, Lease: cfg.lockLease, LockWait: cfg.lockWait, StallFor: cfg.stallFor(), Strategy: cfg.strategy})}
+		Redis: rdb, Lease: cfg.lockLease, LockWait: cfg.lockWait, StallFor: cfg.stallFor(), Strategy: cfg.strategy,
+		RequireToken: cfg.exposed()})}
 }
 
 // storefrontLab gives the lab's reset the inventory service.
@@ -48,8 +49,9 @@ func (s storefrontLab) Handlers(hcfg *handlers.Config, svc *inventory.Service) {
 
 // labSupervise returns the serve function of --demo --instances N: this process serves the
 // lab and starts N storefront children on free loopback ports, sharing its database, its
-// Redis and its admin token (a SQLite file, or the --db PostgreSQL URL). Children's log lines
-// go to stderr, prefixed with their index.
+// Redis and its admin token (a SQLite file, or the --db PostgreSQL URL; the token in their
+// environment, not on their command line). Children's log lines go to stderr, prefixed with
+// their index.
 func labSupervise(stderr io.Writer) serveFunc {
 	return func(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) error {
 		rb, err := openRedis(ctx, cfg.redisURLList(), cfg.redisCluster, getenv, logger, nil) // no breakers: the lab's own calls
@@ -65,12 +67,20 @@ func labSupervise(stderr io.Writer) serveFunc {
 		if err != nil {
 			return err
 		}
-		args, err := instanceArgs(cfg, redisURL, logger)
+		args, err := instanceArgs(cfg, redisURL)
 		if err != nil {
 			return err
 		}
+		token := cfg.adminToken
+		if token == "" {
+			token = randomToken()
+			notice(logger, "no --admin-token or ADMIN_TOKEN: generated one for this run (every instance uses it)", "admin_token", token)
+		}
 		sup := lab.NewSupervisor(lab.SupervisorConfig{
 			Executable: exe, Args: args, Instances: cfg.instances, Redis: rb.client,
+			// The token goes through the environment: a command line is anyone's to read (ps).
+			Env:        []string{envOf["admin-token"] + "=" + token, labInstanceEnv + "=1"},
+			AdminToken: token, RequireToken: cfg.exposed(),
 			Lease: cfg.lockLease, PauseFor: cfg.stallFor(), Output: stderr, Logger: logger,
 			Notice: func(msg string, args ...any) { notice(logger, msg, args...) },
 		})
@@ -93,9 +103,9 @@ func labSupervise(stderr io.Writer) serveFunc {
 }
 
 // instanceArgs are the flags of every lab instance: a --demo storefront on a free loopback
-// port with the supervisor's settings, database (a SQLite path made absolute), Redis and
-// admin token (one generated here when none is configured).
-func instanceArgs(cfg config, redisURL string, logger *slog.Logger) ([]string, error) {
+// port with the supervisor's settings, database (a SQLite path made absolute) and Redis. The
+// admin token is not among them: it goes through the environment (labSupervise).
+func instanceArgs(cfg config, redisURL string) ([]string, error) {
 	db := cfg.db
 	if !strings.HasPrefix(db, "file:") && !strings.Contains(db, "://") { // a SQLite path
 		var err error
@@ -103,13 +113,8 @@ func instanceArgs(cfg config, redisURL string, logger *slog.Logger) ([]string, e
 			return nil, err
 		}
 	}
-	token := cfg.adminToken
-	if token == "" {
-		token = randomToken()
-		notice(logger, "no --admin-token or ADMIN_TOKEN: generated one for this run (every instance uses it)", "admin_token", token)
-	}
 	return []string{"--demo", "--instances", "0", "--addr", "127.0.0.1:0", "--db", db, "--redis", redisURL,
-		"--admin-token", token, "--strategy", cfg.strategy, "--lock-lease", cfg.lockLease.String(),
+		"--strategy", cfg.strategy, "--lock-lease", cfg.lockLease.String(),
 		"--lock-wait", cfg.lockWait.String(), "--max-inflight-per-item", strconv.Itoa(cfg.maxInflight),
 		"--db-pool", strconv.Itoa(cfg.dbPool), "--db-statement-timeout", cfg.dbStmtTimeout.String(),
 		"--log-level", cfg.logLevel.String(), "--shutdown-timeout", cfg.shutdownTimeout.String(),

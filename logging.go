@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 )
 
 // newLogger returns a text logger on w that drops records below level, except the start-up
@@ -31,10 +33,49 @@ func (h levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.level || ctx.Value(alwaysKey{}) != nil
 }
 
+// Handle writes r with its message and string or error attributes on one line (oneLine).
+func (h levelHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, oneLine(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		switch v := a.Value.Any().(type) {
+		case error:
+			a.Value = slog.StringValue(oneLine(v.Error()))
+		case string:
+			a.Value = slog.StringValue(oneLine(v))
+		}
+		out.AddAttrs(a)
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
 func (h levelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return levelHandler{Handler: h.Handler.WithAttrs(attrs), level: h.level}
 }
 
 func (h levelHandler) WithGroup(name string) slog.Handler {
 	return levelHandler{Handler: h.Handler.WithGroup(name), level: h.level}
+}
+
+// redisLogger routes go-redis's own log lines (its pool logs every refused dial, such as those
+// while a Redis child boots) to the logger at debug level.
+type redisLogger struct{ logger *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l.logger.Enabled(ctx, slog.LevelDebug) {
+		l.logger.DebugContext(ctx, "go-redis: "+oneLine(fmt.Sprintf(format, v...)), "component", "go-redis")
+	}
+}
+
+// oneLine folds a multi-line text (a driver's error listing each address it tried) onto one
+// line, so that every log record stays one line without escaped newlines.
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	for i := range fields {
+		fields[i] = strings.TrimSpace(fields[i])
+	}
+	return strings.Join(fields, "; ")
 }

@@ -17,8 +17,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -55,6 +57,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return 2
 	}
 	logger := newLogger(stderr, cfg.logLevel)
+	redis.SetLogger(redisLogger{logger}) // go-redis's own lines (a refused dial while a Redis boots): debug
+	if cfg.demo && !cfg.dbGiven {
+		// The demo's data stays apart from the storefront's stockguard.db: a fresh file, gone at exit.
+		dir, err := os.MkdirTemp("", "stockguard-demo-")
+		if err != nil {
+			logger.Error("stockguard failed", "err", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		cfg.db = filepath.Join(dir, "demo.db")
+		notice(logger, "demo database: a fresh SQLite file, deleted at exit (--db keeps one)", "path", cfg.db)
+	}
+	cfg.labLink = cfg.demo && getenv(labInstanceEnv) == ""
 	serveFn := serve
 	if cfg.instances > 0 {
 		serveFn = demo.supervise(stderr) // the lab over N storefront children (validate checked demo is built in)
@@ -181,6 +196,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Metrics:         metrics,
 		Debug:           held,
 		MaxPurchases:    cfg.maxPurchases,
+		// On a non-loopback address the demo's profiles (and the lab's mutating routes,
+		// demo.go) take the admin token.
+		ProfilesNeedAdmin: cfg.exposed(),
 	}
 	if extra != nil {
 		extra.Handlers(&hcfg, svc)
@@ -238,6 +256,7 @@ func listenAndServe(ctx context.Context, cfg config, handler http.Handler, logge
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	notice(logger, "listening", "addr", ln.Addr().String(), "demo", cfg.demo, "strategy", cfg.strategy)
+	announceDemo(logger, cfg, ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -286,5 +305,31 @@ func randomToken() string {
 func closeLogged(logger *slog.Logger, what string, closeFn func() error) {
 	if err := closeFn(); err != nil {
 		logger.Warn("close failed", "what", what, "err", err)
+	}
+}
+
+// labInstanceEnv marks a storefront process the lab's supervisor started (demo.go sets it):
+// such a process does not announce the lab, its supervisor does.
+const labInstanceEnv = "STOCKGUARD_LAB_INSTANCE"
+
+// announceDemo logs, for a demo server, where its page is and what it exposes: on loopback
+// nothing beyond this machine; on any other address, the lab's mutating routes and Go's
+// profiles take the admin token.
+func announceDemo(logger *slog.Logger, cfg config, addr net.Addr) {
+	if !cfg.labLink {
+		return
+	}
+	host, port, _ := net.SplitHostPort(addr.String())
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	page := "the shop page"
+	if demo.supervise != nil {
+		page = "the lock lab"
+	}
+	notice(logger, "open "+page, "url", "http://"+net.JoinHostPort(host, port)+"/")
+	if cfg.exposed() {
+		notice(logger, "demo mode on a non-loopback address: anyone who reaches it may buy and read; "+
+			"the lab's run, pause and reset and /debug/pprof/ need Authorization: Bearer <admin token>", "addr", cfg.addr)
 	}
 }

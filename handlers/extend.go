@@ -41,6 +41,11 @@ func DecodeJSON(body io.Reader, v any) error { return decodeStrict(body, v) }
 // LimitBody caps the request body at limit bytes (413 payload_too_large beyond).
 func LimitBody(limit int64) gin.HandlerFunc { return limitBody(limit) }
 
+// RequireAdmin returns the middleware of the admin routes for an extension's routes: it lets a
+// request through only with "Authorization: Bearer <token>" (401 unauthorized otherwise; an
+// empty token refuses every request).
+func RequireAdmin(token string) gin.HandlerFunc { return (&server{adminToken: token}).requireAdmin }
+
 // RequestLogger returns the request's logger, which carries its request id.
 func RequestLogger(c *gin.Context) *slog.Logger { return requestLogger(c) }
 

@@ -15,7 +15,8 @@
 //	GET  /api/debug/locks            --demo only: the item locks this process holds
 //	GET  /api/strategies             the strategies offered, with description and safety
 //	GET  /, /static/*                the shop page (or the page of Config.Pages)
-//	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof)
+//	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof); the admin
+//	                                 token too with Config.ProfilesNeedAdmin
 //	GET  /healthz, /readyz, /metrics
 //
 // An extension (the lock lab of package lab) adds its own routes through Config.Extend, its
@@ -97,6 +98,9 @@ type Config struct {
 	// MaxPurchases bounds the purchases in flight in this process; past it a purchase is
 	// answered 503 at_capacity with Retry-After at once (shed.go). 0: no bound.
 	MaxPurchases int
+	// ProfilesNeedAdmin makes /debug/pprof/ (demo mode) take the admin token, as the admin
+	// routes do: set it when a demo server listens beyond loopback.
+	ProfilesNeedAdmin bool
 }
 
 // ginSetup sets Gin's process-wide settings once: release mode, no debug output.
@@ -115,6 +119,7 @@ type server struct {
 	extend          func(*gin.Engine)
 	pages           *Pages
 	bound           gin.HandlerFunc // purchases in flight (shed.go)
+	profilesAdmin   bool
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
@@ -137,6 +142,7 @@ func New(cfg Config) http.Handler {
 		extend:          cfg.Extend,
 		pages:           cfg.Pages,
 		bound:           purchaseBound(cfg.MaxPurchases),
+		profilesAdmin:   cfg.ProfilesNeedAdmin,
 	}
 	for _, name := range cfg.Service.Strategies() {
 		s.offered[name] = true
@@ -168,7 +174,11 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	api.GET("/strategies", small, s.strategies)
 	s.cartRoutes(api, small) // checkout.go
 	if s.demo {              // Go's profiles of the purchase path under load
-		r.GET("/debug/pprof/*name", small, gin.WrapF(servePprof))
+		chain := []gin.HandlerFunc{small}
+		if s.profilesAdmin {
+			chain = append(chain, s.requireAdmin)
+		}
+		r.GET("/debug/pprof/*name", append(chain, gin.WrapF(servePprof))...)
 	}
 	if s.extend != nil {
 		s.extend(r)

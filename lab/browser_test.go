@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,27 +24,43 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the lab screenshots in docs/ (TestLabInBrowser)")
 
-// labForm fills the lab's form, submits it from the keyboard (Enter on Run) and waits for
-// run number n's verdict, which it returns.
+// labForm fills the lab's form (buyers and work 0: the form's defaults), submits it from the
+// keyboard (Enter on Run), checks that the verdict line says the run is running meanwhile,
+// and waits for run number n's verdict, which it returns.
 func labForm(ctx context.Context, n int, strategy string, buyers, workMS int, item int64, fault string) (string, error) {
-	err := chromedp.Do(ctx,
-		chromedp.SetValue(chromedp.ID("strategy"), strategy),
-		chromedp.SetValue(chromedp.ID("buyers"), strconv.Itoa(buyers)),
-		chromedp.SetValue(chromedp.ID("work"), strconv.Itoa(workMS)),
+	fill := []chromedp.Action[chromedp.Void]{chromedp.SetValue(chromedp.ID("strategy"), strategy)}
+	if buyers > 0 {
+		fill = append(fill, chromedp.SetValue(chromedp.ID("buyers"), strconv.Itoa(buyers)),
+			chromedp.SetValue(chromedp.ID("work"), strconv.Itoa(workMS)))
+	}
+	fill = append(fill,
 		chromedp.SetValue(chromedp.ID("item"), strconv.FormatInt(item, 10)),
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`input[name=fault][value=%q]`, fault))),
 		chromedp.Focus(chromedp.ID("run")),
 		chromedp.KeyEvent("\r"),
-		browsertest.Void(chromedp.Poll[bool](fmt.Sprintf(`document.body.dataset.runs === "%d"`, n), chromedp.WithPollingTimeout(60*time.Second))),
 	)
+	if err := chromedp.Do(ctx, fill...); err != nil {
+		return "", err
+	}
+	running, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("verdict")))
+	if err != nil {
+		return "", err
+	}
+	if ran, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.dataset.runs || "0"`)); ran != strconv.Itoa(n) && !strings.HasPrefix(running, "Running") {
+		return "", fmt.Errorf("run %d: while it runs the verdict line reads %q, not Running", n, running)
+	}
+	err = chromedp.Do(ctx,
+		browsertest.Void(chromedp.Poll[bool](fmt.Sprintf(`document.body.dataset.runs === "%d"`, n), chromedp.WithPollingTimeout(60*time.Second))))
 	if err != nil {
 		return "", err
 	}
 	return chromedp.Run(ctx, chromedp.Text(chromedp.ID("verdict")))
 }
 
-// TestLabInBrowser drives the lab in Chromium against `--demo --instances 2`: naive oversells,
-// lock+guard is safe, and with the deterministic stall the fence refusal shows in the log.
+// TestLabInBrowser drives the lab in Chromium against `--demo --instances 2` with the demo's
+// lease: naive oversells; lock+guard with the form's defaults is safe, and a lane shows a
+// lease renewed while it runs; with the deterministic stall and the form's defaults the fence
+// refusal shows in the log, every run; the verdict line says "Running" during a run.
 // With -update it rewrites the screenshots of README (docs/lab-*.png).
 func TestLabInBrowser(t *testing.T) {
 	s, items := startLab(t, 2)
@@ -66,7 +83,7 @@ func TestLabInBrowser(t *testing.T) {
 	assert.Regexp(t, `^SAFE`, verdict)
 	assert.Contains(t, verdict, "sold 10 ")
 
-	verdict, err = labForm(ctx, 3, "lock+guard", 5, 100, items[2], "stall")
+	verdict, err = labForm(ctx, 3, "lock+guard", 20, 200, items[2], "stall")
 	require.NoError(t, err)
 	assert.Regexp(t, `^SAFE`, verdict)
 	refusedRow := chromedp.CSS(`#log li[data-kind="fence_refused"]`)

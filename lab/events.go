@@ -4,6 +4,7 @@ package lab
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"sync"
@@ -52,8 +53,15 @@ var (
 	_ inventory.Observer     = (*Events)(nil)
 )
 
-// subscriberBuffer is how many events one stream may lag behind before it misses some.
-const subscriberBuffer = 4096
+// subscriberBuffer is how many events one stream may lag behind before it misses some (a
+// burst of the lab's 200 buyers makes about five events each; a page drains its stream as
+// fast as they come), and maxStreams how many streams one process serves at once: each costs
+// its buffer, a goroutine and the connection's buffers, so past the cap a stream is refused
+// (429 overloaded) rather than growing the process without bound.
+const (
+	subscriberBuffer = 256
+	maxStreams       = 32
+)
 
 // Events collects the lock and purchase events of this process and streams them to the
 // subscribers of GET /api/events. The storefront feeds it (Storefront wires it): its Lock*
@@ -201,16 +209,20 @@ func (e *Events) publish(ev Event) {
 	}
 }
 
-// subscribe returns a new stream, whose channel is closed by Close, or nil after Close.
-func (e *Events) subscribe() *subscriber {
+// subscribe returns a new stream, whose channel is closed by Close: errShuttingDown after
+// Close, errTooManyStreams when maxStreams are open.
+func (e *Events) subscribe() (*subscriber, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
-		return nil
+	switch {
+	case e.closed:
+		return nil, errShuttingDown
+	case len(e.subs) >= maxStreams:
+		return nil, errTooManyStreams
 	}
 	s := &subscriber{ch: make(chan Event, subscriberBuffer)}
 	e.subs[s] = struct{}{}
-	return s
+	return s, nil
 }
 
 func (e *Events) unsubscribe(s *subscriber) {
@@ -232,18 +244,22 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // that went away is noticed.
 const heartbeat = 15 * time.Second
 
-// errShuttingDown answers a new stream once the hub is closed.
-var errShuttingDown = &handlers.Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
-	Message: "the server is shutting down", RetryAfter: true}
+// Errors of a new stream: the hub is closed (shutdown began), or maxStreams are open.
+var (
+	errShuttingDown = &handlers.Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
+		Message: "the server is shutting down", RetryAfter: true}
+	errTooManyStreams = &handlers.Error{Status: http.StatusTooManyRequests, Code: "overloaded",
+		Message: fmt.Sprintf("too many open event streams: at most %d per process (close a lab page or two)", maxStreams), RetryAfter: true}
+)
 
 // Serve answers GET /api/events with a server-sent event stream: one JSON Event per "data:"
 // line, a "hello" first. The stream clears the server's write deadline
 // (http.Server.WriteTimeout would otherwise cut it) and ends when the client goes, or when
 // the hub is closed at shutdown.
 func (e *Events) Serve(c *gin.Context) {
-	sub := e.subscribe()
-	if sub == nil {
-		handlers.WriteError(c, errShuttingDown)
+	sub, err := e.subscribe()
+	if err != nil {
+		handlers.WriteError(c, err)
 		return
 	}
 	defer e.unsubscribe(sub)

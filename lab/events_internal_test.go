@@ -15,7 +15,8 @@ import (
 // item (the one being lost), and a renewal the newest.
 func TestEventsTokens(t *testing.T) {
 	e := NewEvents(time.Second)
-	s := e.subscribe()
+	s, err := e.subscribe()
+	require.NoError(t, err)
 	e.LockAcquired("item:4", 7, 0)
 	e.LockAcquired("item:4", 8, time.Millisecond)
 	e.LockRenewed("item:4")
@@ -41,7 +42,8 @@ func TestEventsTokens(t *testing.T) {
 // A subscriber that falls behind misses events without blocking anyone, and is told.
 func TestEventsMissed(t *testing.T) {
 	e := NewEvents(time.Second)
-	s := e.subscribe()
+	s, err := e.subscribe()
+	require.NoError(t, err)
 	for range subscriberBuffer + 3 {
 		e.LockRenewed("item:1")
 	}
@@ -54,6 +56,7 @@ func TestEventsMissed(t *testing.T) {
 	e.Close()
 	_, open := <-s.ch
 	require.False(t, open)
-	assert.Nil(t, e.subscribe())
+	_, err = e.subscribe()
+	assert.ErrorIs(t, err, errShuttingDown)
 	e.LockRenewed("item:1") // after Close: nothing, no panic
 }

@@ -20,12 +20,15 @@
 //	POST /api/lab/pause              SIGSTOP an item's lock holder (supervisor only)
 //	POST /api/lab/reset              the lab catalogue (one storefront process)
 //	ANY  /i/:index/*path             instance index's API (supervisor only)
+//
+// The three POSTs, and an instance's lab POSTs and profiles under /i/, take the admin token
+// when the demo listens beyond loopback (StorefrontConfig.RequireToken,
+// SupervisorConfig.RequireToken); on loopback they take none.
 package lab
 
 import (
 	"context"
 	"embed"
-	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
@@ -88,6 +91,18 @@ type api struct {
 	lease time.Duration
 	cat   Catalogue // nil in the supervisor (reset goes to an instance)
 	hc    *http.Client
+	// guard, when not nil, stands before the lab's mutating routes (run, pause, reset) and,
+	// in the supervisor, before the instances' lab routes and profiles: the admin token's
+	// check, for a demo that listens beyond loopback.
+	guard gin.HandlerFunc
+}
+
+// guardFor returns the admin token check of the lab's mutating routes when required, else nil.
+func guardFor(required bool, token string) gin.HandlerFunc {
+	if !required {
+		return nil
+	}
+	return handlers.RequireAdmin(token)
 }
 
 // labInfo is the answer of GET /api/lab.
@@ -96,6 +111,9 @@ type labInfo struct {
 	LeaseMS   float64    `json:"lease_ms"`
 	Pause     bool       `json:"pause"`      // Pause holder is offered
 	PauseNote string     `json:"pause_note"` // why not, when it is not
+	// TokenRequired: run, pause and reset need "Authorization: Bearer <admin token>" (a
+	// demo that listens beyond loopback).
+	TokenRequired bool `json:"token_required"`
 }
 
 // labCatalogue is what the lab's Reset loads: three items of ten units, so that a burst of
@@ -109,11 +127,17 @@ var labCatalogue = []inventory.NewItem{
 // routes adds the lab's API.
 func (l *api) routes(r gin.IRoutes) {
 	small := handlers.LimitBody(handlers.MaxBodyBytes)
+	guarded := func(h gin.HandlerFunc) []gin.HandlerFunc {
+		if l.guard == nil {
+			return []gin.HandlerFunc{small, h}
+		}
+		return []gin.HandlerFunc{small, l.guard, h}
+	}
 	r.GET("/api/lab", small, l.info)
-	r.POST("/api/lab/run", small, l.run)
-	r.POST("/api/lab/pause", small, l.pause)
+	r.POST("/api/lab/run", guarded(l.run)...)
+	r.POST("/api/lab/pause", guarded(l.pause)...)
 	if l.cat != nil {
-		r.POST("/api/lab/reset", small, l.reset)
+		r.POST("/api/lab/reset", guarded(l.reset)...)
 	}
 }
 
@@ -131,7 +155,7 @@ func (l *api) instances(c *gin.Context) []Instance {
 }
 
 func (l *api) info(c *gin.Context) {
-	info := labInfo{Instances: l.instances(c), LeaseMS: ms(l.lease), Pause: l.sup != nil}
+	info := labInfo{Instances: l.instances(c), LeaseMS: ms(l.lease), Pause: l.sup != nil, TokenRequired: l.guard != nil}
 	if l.sup == nil {
 		info.PauseNote = errPauseUnsupported.Error()
 	}
@@ -139,7 +163,8 @@ func (l *api) info(c *gin.Context) {
 }
 
 // reset answers POST /api/lab/reset in one demo process: the lab catalogue replaces the
-// catalogue. No admin token: a demo server is for learning, never for a shop.
+// catalogue. No admin token on loopback (a demo server is for learning on one's own machine,
+// never for a shop); beyond loopback the guard asks for it.
 func (l *api) reset(c *gin.Context) {
 	if err := l.cat.Reset(c.Request.Context(), labCatalogue); err != nil {
 		handlers.WriteError(c, err)
@@ -162,8 +187,8 @@ func (l *api) pause(c *gin.Context) {
 		handlers.WriteError(c, err)
 		return
 	}
-	if body.Item <= 0 {
-		handlers.WriteError(c, fmt.Errorf("%w: item must be a positive id", inventory.ErrInvalid))
+	if body.Item < 1 {
+		handlers.WriteError(c, invalidField("item", "a positive item id", body.Item))
 		return
 	}
 	if l.sup == nil {

@@ -6,7 +6,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,4 +225,96 @@ func TestFaultHeader(t *testing.T) {
 	assert.Equal(t, "invalid_request", a.errorCode(), "one value: %s", a.body)
 	a = e.do(http.MethodPost, buy, `{"quantity":1}`, "X-Strategy: setnx-expire")
 	assert.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+}
+
+// Open event streams are capped per process, and each one's buffer is small: 300 attempts
+// cost well under 64 MB, those past the cap are refused with 429 overloaded, and a stream
+// closed frees its place.
+func TestEventsStreamsCapped(t *testing.T) {
+	e := newEnv(t, envOptions{lease: time.Second})
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var open []*http.Response
+	refused := 0
+	for range 300 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/api/events", nil)
+		require.NoError(t, err)
+		res, err := hc.Do(req)
+		require.NoError(t, err)
+		if res.StatusCode == http.StatusOK {
+			open = append(open, res)
+			continue
+		}
+		b, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		assert.Equal(t, http.StatusTooManyRequests, res.StatusCode, "%s", b)
+		assert.Equal(t, "overloaded", answer{body: b}.errorCode(), "%s", b)
+		refused++
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapInuse) - int64(before.HeapInuse)
+	t.Logf("300 stream attempts: %d open, %d refused, heap grew %.1f MB", len(open), refused, float64(grown)/(1<<20))
+	assert.Less(t, grown, int64(64<<20), "300 event streams cost at most 64 MB")
+	assert.Positive(t, refused, "streams past the cap are refused")
+	assert.LessOrEqual(t, len(open), 64)
+
+	_ = open[0].Body.Close() // a place frees up once the server sees the stream gone
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/api/events", nil)
+		res, err := hc.Do(req)
+		if err != nil {
+			return false
+		}
+		open[0] = res
+		return res.StatusCode == http.StatusOK
+	}, 5*time.Second, 50*time.Millisecond)
+	for _, res := range open {
+		_ = res.Body.Close()
+	}
+}
+
+// Every number of a lab run is checked against its range before anything is sold: 400
+// invalid_request naming the field and its bounds, one "invalid request: " prefix, and the
+// stock untouched; pause answers the same code for the same fault.
+func TestLabRunRejectsOutOfRange(t *testing.T) {
+	e := newEnv(t, envOptions{lease: time.Second})
+	id := resetLab(t, e)[0]
+	stock := func() string { return string(e.do("GET", "/api/items/"+id, "").body) }
+	was := stock()
+	for _, tt := range []struct{ body, want string }{
+		{`{"strategy":"naive","buyers":5,"work_ms":288230376151711744,"quantity":1,"item":` + id + `}`, "work_ms must be an integer from 0 to 1000"},
+		{`{"strategy":"naive","buyers":5,"work_ms":9223372036854775807,"quantity":1,"item":` + id + `}`, "work_ms must be an integer from 0 to 1000"},
+		{`{"strategy":"naive","buyers":5,"work_ms":-1,"quantity":1,"item":` + id + `}`, "work_ms must be an integer from 0 to 1000, got -1"},
+		{`{"strategy":"naive","buyers":201,"work_ms":0,"quantity":1,"item":` + id + `}`, "buyers must be an integer from 1 to 200, got 201"},
+		{`{"strategy":"naive","buyers":5,"work_ms":0,"quantity":0,"item":` + id + `}`, "quantity must be an integer from 1 to 1000, got 0"},
+		{`{"strategy":"naive","buyers":5,"work_ms":0,"quantity":1001,"item":` + id + `}`, "quantity must be an integer from 1 to 1000"},
+		{`{"strategy":"naive","buyers":5,"work_ms":0,"quantity":1,"item":-1}`, "item must be a positive item id, got -1"},
+		{`{"strategy":"naive","buyers":5,"work_ms":0,"quantity":1,"item":0}`, "item must be a positive item id, got 0"},
+		{`{"strategy":"yolo","buyers":2,"work_ms":0,"quantity":1,"item":` + id + `}`, "yolo"},
+	} {
+		a := e.do("POST", "/api/lab/run", tt.body)
+		assert.Equal(t, http.StatusBadRequest, a.status, "%s: %s", tt.body, a.body)
+		assert.Equal(t, "invalid_request", a.errorCode(), "%s", a.body)
+		var b struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		decode(t, a, &b)
+		assert.Contains(t, b.Error.Message, tt.want)
+		assert.Equal(t, 1, strings.Count(b.Error.Message, "invalid request"), "one prefix: %s", b.Error.Message)
+	}
+	assert.Equal(t, was, stock(), "nothing sold")
+	a := e.do("POST", "/api/lab/pause", `{"item":-1}`)
+	assert.Equal(t, http.StatusBadRequest, a.status)
+	assert.Contains(t, string(a.body), "item must be a positive item id, got -1")
 }

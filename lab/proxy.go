@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,13 @@ import (
 
 // errNoInstance answers a path under /i/ that names no instance.
 var errNoInstance = &handlers.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such lab instance"}
+
+// guardedPath tells whether an instance's path is one the guard stands before: its lab
+// routes that act (anything but GET /api/lab) and Go's profiles.
+func guardedPath(method, path string) bool {
+	return strings.HasPrefix(path, "/debug/pprof") ||
+		(strings.HasPrefix(path, "/api/lab") && method != http.MethodGet && method != http.MethodHead)
+}
 
 // proxy forwards a request under /i/<index>/ to that instance. A proxied event stream
 // outlives the supervisor's write timeout too.
@@ -34,13 +42,22 @@ func (l *api) proxy(c *gin.Context) {
 		handlers.WriteError(c, errNoInstance)
 		return
 	}
+	fwd := path.Clean("/" + c.Param("path")) // the path checked is the path forwarded
+	if strings.HasSuffix(c.Param("path"), "/") && fwd != "/" {
+		fwd += "/"
+	}
+	if l.guard != nil && guardedPath(c.Request.Method, fwd) {
+		if l.guard(c); c.IsAborted() {
+			return
+		}
+	}
 	if strings.HasSuffix(c.Param("path"), "/events") {
 		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Time{})
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.URL.Path = c.Param("path")
+			pr.Out.URL.Path = fwd
 			pr.Out.URL.RawPath = ""
 		},
 		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {

@@ -73,17 +73,11 @@ func (l *api) run(c *gin.Context) {
 		handlers.WriteError(c, err)
 		return
 	}
-	switch {
-	case req.Buyers < 1 || req.Buyers > maxLabBuyers:
-		handlers.WriteError(c, fmt.Errorf("%w: buyers must be 1..%d", inventory.ErrInvalid, maxLabBuyers))
+	if err := req.validate(); err != nil {
+		handlers.WriteError(c, err)
 		return
-	case req.Fault != faultNone && req.Fault != faultStall && req.Fault != faultPause && req.Fault != faultCrash:
-		handlers.WriteError(c, fmt.Errorf("%w: fault must be \"\", %q, %q or %q", inventory.ErrInvalid, faultStall, faultPause, faultCrash))
-		return
-	case req.Fault == faultCrash && req.Strategy != inventory.StrategySetnxExpire:
-		handlers.WriteError(c, fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire))
-		return
-	case req.Fault == faultPause && l.sup == nil:
+	}
+	if req.Fault == faultPause && l.sup == nil {
 		handlers.WriteError(c, errPauseUnsupported)
 		return
 	}
@@ -97,6 +91,36 @@ func (l *api) run(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, res)
+}
+
+// validate checks every field of a run against its range, before anything is sold: each
+// error names the field and its bounds (inventory.ErrInvalid: 400 invalid_request).
+func (r labRunRequest) validate() error {
+	switch {
+	case r.Buyers < 1 || r.Buyers > maxLabBuyers:
+		return invalidField("buyers", fmt.Sprintf("an integer from 1 to %d", maxLabBuyers), r.Buyers)
+	case r.WorkMS < 0 || r.WorkMS > maxWorkMS:
+		return invalidField("work_ms", fmt.Sprintf("an integer from 0 to %d", maxWorkMS), r.WorkMS)
+	case r.Quantity < 1 || r.Quantity > inventory.MaxQuantity:
+		return invalidField("quantity", fmt.Sprintf("an integer from 1 to %d", inventory.MaxQuantity), r.Quantity)
+	case r.Item < 1:
+		return invalidField("item", "a positive item id", r.Item)
+	case r.Fault != faultNone && r.Fault != faultStall && r.Fault != faultPause && r.Fault != faultCrash:
+		return fmt.Errorf("%w: fault must be \"\", %q, %q or %q, got %q", inventory.ErrInvalid, faultStall, faultPause, faultCrash, r.Fault)
+	case r.Fault == faultCrash && r.Strategy != inventory.StrategySetnxExpire:
+		return fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire)
+	}
+	return nil
+}
+
+// maxWorkMS is the longest simulated work of a lab buyer, in milliseconds (the storefront's
+// X-Simulated-Work bound).
+const maxWorkMS = int(inventory.MaxWork / time.Millisecond)
+
+// invalidField is the error of a number out of its range: "invalid request: FIELD must be
+// WANT, got GOT".
+func invalidField(field, want string, got any) error {
+	return fmt.Errorf("%w: %s must be %s, got %v", inventory.ErrInvalid, field, want, got)
 }
 
 // answer is what one buyer was told.
@@ -149,7 +173,8 @@ func (l *api) burst(ctx context.Context, insts []Instance, req labRunRequest) (l
 		}
 	}
 	if invalid != nil && res.Answers["invalid_request"] == req.Buyers {
-		return res, fmt.Errorf("%w: %s", inventory.ErrInvalid, invalid.message)
+		// The storefront's own answer, already worded "invalid request: ...".
+		return res, &handlers.Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: invalid.message}
 	}
 	after, err := l.itemStats(context.WithoutCancel(ctx), first, req.Item)
 	if err != nil {

@@ -27,6 +27,9 @@ type StorefrontConfig struct {
 	StallFor time.Duration
 	// Strategy is the storefront's default strategy (a purchase without X-Strategy).
 	Strategy string
+	// RequireToken makes the lab's run, pause and reset take the admin token
+	// (handlers.Config.AdminToken): set it when the storefront listens beyond loopback.
+	RequireToken bool
 }
 
 // Storefront is the lab in one --demo storefront process: the event hub streamed on
@@ -73,7 +76,7 @@ func (s *Storefront) Inventory(icfg *inventory.Config, lockOpts *locking.Options
 // Handlers adds the lab to the handlers' configuration: the faults of X-Fault, the lab page,
 // /api/events and the lab's API (its reset loads the lab catalogue into cat).
 func (s *Storefront) Handlers(hcfg *handlers.Config, cat Catalogue) {
-	l := &api{lease: s.cfg.Lease, cat: cat, hc: newLabClient()}
+	l := &api{lease: s.cfg.Lease, cat: cat, hc: newLabClient(), guard: guardFor(s.cfg.RequireToken, hcfg.AdminToken)}
 	hcfg.Intercept = s.faults
 	hcfg.Pages = pages()
 	hcfg.Extend = func(r *gin.Engine) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -32,9 +33,17 @@ type SupervisorConfig struct {
 	// Executable is the storefront program each instance runs, and Args its arguments: they
 	// must make it a --demo storefront listening on a free loopback port that logs its
 	// "listening" line with addr=HOST:PORT (the supervisor reads the address from it), on
-	// the supervisor's database, Redis and admin token.
+	// the supervisor's database, Redis and admin token. Env is added to the instances'
+	// environment (this process's): the admin token goes there, never on a command line
+	// that ps shows.
 	Executable string
 	Args       []string
+	Env        []string
+	// AdminToken is the instances' admin token; with RequireToken (a supervisor listening
+	// beyond loopback) the lab's run, pause and reset, and the instances' lab routes and
+	// profiles under /i/, take it.
+	AdminToken   string
+	RequireToken bool
 	// Instances is how many storefront processes to start (at least one).
 	Instances int
 	// Redis is the instances' Redis: the supervisor confirms a lock holder in it before it
@@ -85,7 +94,7 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 
 // Handler returns the supervisor's HTTP handler (see Supervisor).
 func (s *Supervisor) Handler() http.Handler {
-	l := &api{sup: s, lease: s.cfg.Lease, hc: newLabClient()}
+	l := &api{sup: s, lease: s.cfg.Lease, hc: newLabClient(), guard: guardFor(s.cfg.RequireToken, s.cfg.AdminToken)}
 	r := handlers.NewEngine(s.log)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	l.routes(r)
@@ -117,6 +126,7 @@ func (s *Supervisor) Start(ctx context.Context, fail context.CancelCauseFunc) er
 	for i := range s.cfg.Instances {
 		addr := make(chan string, 1)
 		cmd := exec.Command(s.cfg.Executable, s.cfg.Args...)
+		cmd.Env = append(os.Environ(), s.cfg.Env...) // the last value of a name wins
 		cmd.Stdout = &lineWriter{prefix: "instance=" + strconv.Itoa(i) + " ", out: out, addr: addr}
 		cmd.Stderr = cmd.Stdout
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -352,9 +352,17 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 			continue
 		}
 		at := o.CreatedAt.Sub(fault).Seconds()
-		if ev.LossAt > 0 && o.CreatedAt.After(start.Add(time.Duration(ev.LossAt*float64(time.Second)))) {
+		switch {
+		case ev.LossAt > 0 && o.CreatedAt.After(start.Add(time.Duration(ev.LossAt*float64(time.Second)))):
 			ev.HolderWrote = fmt.Sprintf("order %d, %.3fs after the fault, AFTER the loss was declared", o.OrderID, at)
-		} else {
+		case mode.tokensReissued:
+			// The failover's holder resumed and finished its purchase: the fence let its token
+			// write once, as the newest the item had seen, whoever holds its twin.
+			ev.HolderWrote = fmt.Sprintf("order %d, %.3fs after the fault: the holder resumed and finished its purchase, "+
+				"and the fence accepted token %d once, as the newest the item had seen; it refuses any later write with "+
+				"that token (the twin the promoted replica may issue) or an older one: the twin-token case working as "+
+				"designed, safe, not an oversell", o.OrderID, at, ev.Token)
+		default:
 			ev.HolderWrote = fmt.Sprintf("order %d, %.3fs after the fault", o.OrderID, at)
 		}
 	}

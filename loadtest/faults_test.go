@@ -114,3 +114,18 @@ func TestChaosLatency(t *testing.T) {
 	t.Logf("lock+guard: %.0f req/s, with 20ms each way %.0f req/s", base.ReqPerSec, slow.ReqPerSec)
 	assert.Equal(t, 0, rep.ExitCode)
 }
+
+// A failover's holder that wrote is reported as what happened and why it is safe (the fence
+// takes each token once), not as a bare "wrote: order N" that reads as a failure.
+func TestChaosFailoverHolderWroteWording(t *testing.T) {
+	start := time.Now()
+	ev := &ChaosEvent{Mode: chaosFailover, Instance: 0, Token: 7, FaultAt: 1}
+	at := start.Add(1500 * time.Millisecond)
+	purchases := []*purchase{{ItemID: 3, Instance: 0, Attempts: []purchaseResult{{Status: 201, Start: at, Latency: time.Millisecond,
+		Receipt: receipt{OrderID: 961, ItemID: 3, FenceToken: 7}}}}}
+	orders := []order{{OrderID: 961, ItemID: 3, FenceToken: 7, CreatedAt: at}}
+	ev.settle(start, purchases, orders, 2, 3)
+	assert.Contains(t, ev.HolderWrote, "order 961, 0.500s after the fault: the holder resumed and finished its purchase")
+	assert.Contains(t, ev.HolderWrote, "the fence accepted token 7 once")
+	assert.Contains(t, ev.HolderWrote, "safe, not an oversell")
+}

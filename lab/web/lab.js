@@ -15,7 +15,10 @@ const now = () => Date.now() - (skew === Infinity ? 0 : skew);
 const clock = (t) => new Date(t).toISOString().slice(11, 23);
 
 async function api(path, opts = {}) {
-  const res = await fetch(path, { ...opts, headers: { 'Content-Type': 'application/json', ...(opts.headers || {}) } });
+  const headers = { 'Content-Type': 'application/json', ...(opts.headers || {}) };
+  const token = $('token').value.trim(); // asked for when the lab listens beyond loopback
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(path, { ...opts, headers });
   const body = await res.json().catch(() => null);
   if (!res.ok) throw new Error(body?.error ? `${body.error.code}: ${body.error.message}` : `${res.status} ${res.statusText}`);
   return body;
@@ -59,8 +62,8 @@ function laneState(item, T) {
     if (ev.item !== item.id) continue;
     const key = `${ev.inst}:${ev.token}`;
     switch (ev.kind) {
-      case 'acquire': holds.set(key, { inst: ev.inst, token: ev.token, since: ev.t, renewed: ev.t }); break;
-      case 'renew': { const h = holds.get(key); if (h) h.renewed = ev.t; break; }
+      case 'acquire': holds.set(key, { inst: ev.inst, token: ev.token, since: ev.t, renewed: ev.t, renewals: 0 }); break;
+      case 'renew': { const h = holds.get(key); if (h) { h.renewed = ev.t; h.renewals++; } break; }
       case 'release': holds.delete(key); break;
       case 'lost': { const h = holds.get(key); if (h) h.lostAt = ev.t; break; }
       case 'wait': waiting.set(ev.inst, (waiting.get(ev.inst) || 0) + 1); break;
@@ -79,6 +82,7 @@ function holdHTML(h, T) {
   const left = h.renewed + lab.lease - T;
   const pct = Math.max(0, Math.min(100, (100 * left) / lab.lease));
   let text = `${(Math.max(0, left) / 1000).toFixed(1)} s of lease left`;
+  if (h.renewals) text += ` · <span class="renewed">renewed ×${h.renewals}</span>`;
   if (h.lostAt) text = '<span class="bad">LOST</span>: the lease ran out or another holder took it';
   else if (left <= 0) text = '<span class="bad">LEASE EXPIRED</span>: the holder has not noticed yet';
   if (pausedAt(h.inst, T)) text += ' · <span class="bad">PAUSED</span> (SIGSTOP)';
@@ -158,7 +162,10 @@ async function doRun(e) {
   };
   $('run').disabled = true;
   goLive();
-  say(`running: ${req.buyers} buyers, ${req.strategy}${req.fault ? ', fault ' + req.fault : ''}…`);
+  const what = `${req.buyers} buyers, ${req.strategy}${req.fault ? ', fault ' + req.fault : ''}`;
+  $('verdict').className = 'verdict running';
+  $('verdict').textContent = `Running: ${what}… the verdict follows when every buyer has its answer.`;
+  say('');
   await loadStats();
   const before = new Map(lab.stats); // the lanes' starting point when the run is replayed
   try {
@@ -170,6 +177,8 @@ async function doRun(e) {
     $('scrub').min = run.start; $('scrub').max = run.end; $('scrub').value = run.end;
     $('scrub').disabled = false;
   } catch (err) {
+    $('verdict').className = 'verdict bad';
+    $('verdict').textContent = `Run failed: ${err.message}`;
     say(`run failed: ${err.message}`);
   } finally {
     $('run').disabled = false;
@@ -225,6 +234,7 @@ async function start() {
     `<span class="inst i${i.index % 6}">i${i.index}</span> pid ${i.pid}`).join(', ') + `; lease ${info.lease_ms / 1000} s.`;
   $('pause').disabled = !info.pause; $('fault-pause').disabled = !info.pause;
   $('pause-note').textContent = info.pause ? '' : info.pause_note;
+  $('token-field').hidden = !info.token_required;
   const strategies = await api(`${base0()}/api/strategies`);
   $('strategy').innerHTML = strategies.map((s) =>
     `<option value="${esc(s.name)}"${s.default ? ' selected' : ''}>${esc(s.name)} (${s.safe ? 'safe' : 'unsafe'}${s.demo_only ? ', demo' : ''})</option>`).join('');
