@@ -40,6 +40,9 @@ type Config struct {
 	Scenario    string        // "" (the strategy comparison) or "pitfalls" (pitfalls.go)
 	Perf        bool          // the same-run performance command instead of the comparison (perf.go)
 	Rounds      int           // -perf: measured rounds of every target
+	// The checked history (history.go).
+	Reads        float64       // share of operations that read an item's stock, 0..0.9
+	CheckTimeout time.Duration // bound of the linearizability check of one strategy's history; 0: not checked
 }
 
 // maxPurchases bounds a duration-only run.
@@ -88,6 +91,8 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.Scenario, "scenario", "", `"pitfalls": every broken lock (SETNX then EXPIRE, release by plain DEL, a fixed lease) and lockless alternative (optimistic version check, stock kept in Redis) next to its fix, scripted`)
 	fs.BoolVar(&c.Perf, "perf", false, "same-run performance: one storefront and redis-server; /healthz, guard, lock+guard and lock+guard --max-batch 1 alternated on 1, then 10 items, no work (uses -duration per phase, -concurrency, -rounds, -bin, -db, -json)")
 	fs.IntVar(&c.Rounds, "rounds", 3, "-perf: measured rounds of every target (after a warm-up round)")
+	fs.Float64Var(&c.Reads, "reads", 0.1, "share of operations that read an item's stock (GET /api/items/:id) between the purchases, for the checked history, 0..0.9")
+	fs.DurationVar(&c.CheckTimeout, "check-timeout", defaultCheckTimeout, "bound of the linearizability check of each strategy's history (0: not checked)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -174,6 +179,10 @@ func (c *Config) validate() error {
 		return usageErr("-hot must be 0..1, got %g", c.Hot)
 	case c.Retry < 0 || c.Retry > 1:
 		return usageErr("-retry must be 0..1, got %g", c.Retry)
+	case c.Reads < 0 || c.Reads > 0.9:
+		return usageErr("-reads must be 0..0.9, got %g", c.Reads)
+	case c.CheckTimeout < 0:
+		return usageErr("-check-timeout must not be negative")
 	case c.Work < 0 || c.Work > time.Second:
 		return usageErr("-work must be 0..1s, got %s", c.Work)
 	case !knownChaos(c.Chaos):

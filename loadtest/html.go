@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"os"
+	"path/filepath"
 	"regexp"
 )
 
@@ -23,6 +24,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"ms":    fmtMS,
 	"codes": codes,
 	"work":  fmtWork,
+	"base":  filepath.Base,
 }).Parse(reportHTML))
 
 // WriteHTML writes r as a self-contained HTML page with its charts.

@@ -75,7 +75,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if rep.ExitCode != 0 {
-		fmt.Fprintf(stderr, "loadtest: FAIL: %v broke an invariant although expected SAFE in this setting\n", rep.Failed)
+		fmt.Fprintf(stderr, "loadtest: FAIL: %v broke an invariant or answered in a NOT linearizable history although expected SAFE in this setting\n", rep.Failed)
 	}
 	return rep.ExitCode
 }

@@ -99,7 +99,9 @@ type StrategyResult struct {
 	Class        strategyClass  `json:"class"`                        // how it stands up to faults, from what the server says of it (modes.go)
 	ExpectedSafe bool           `json:"expected_safe"`                // its class is expected SAFE in the run's setting (modes.go)
 	Verdict      string         `json:"verdict"`
-	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE
+	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE (or history NOT linearizable)
+	Reads        int            `json:"reads"`  // reads of an item's stock mixed into the workload (-reads)
+	History      *HistoryResult `json:"history,omitempty"`
 	verdict.Findings
 }
 
@@ -191,6 +193,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "%s: %d timed-out requests got no answer when replayed either\n", s.Strategy, s.Unresolved)
 		}
 	}
+	r.writeHistory(w)
 	for _, s := range r.Strategies {
 		if s.Failed {
 			for _, v := range s.Violations {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/linearize"
 	"github.com/stockguard/stockguard/internal/storeapi"
 	"github.com/stockguard/stockguard/internal/verdict"
 )
@@ -214,6 +215,7 @@ func (sr strategyRun) strategy(ctx context.Context, strategy string, ch *chaos, 
 	if sr.demo {
 		w.work = cfg.Work
 	}
+	w.rec = linearize.NewRecorder()
 	pr := &progress{label: label, total: cfg.Requests, dur: cfg.Duration, wl: w}
 	if sr.logw != nil && !cfg.Quiet {
 		pr.w, pr.tty = sr.logw, isTerminal(sr.logw)
@@ -251,6 +253,11 @@ func (sr strategyRun) strategy(ctx context.Context, strategy string, ch *chaos, 
 	res.Verdict = f.Verdict()
 	res.ExpectedSafe = mode.expectSafe(res.Class)
 	res.Failed = res.ExpectedSafe && res.Verdict != verdict.Safe
+	res.Reads = int(w.reads.Load())
+	res.History = checkHistory(ctx, cfg, w.rec, items, vizPathFor(cfg, label+res.Fault))
+	res.History.Expected = res.ExpectedSafe
+	res.History.Failed = res.ExpectedSafe && res.History.Verdict == histNotLinearizable
+	res.Failed = res.Failed || res.History.Failed
 	return res, nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/stockguard/stockguard/internal/linearize"
 )
 
 // purchase is one logical purchase: one Idempotency-Key, sent once or twice (-retry), and
@@ -59,11 +61,13 @@ type workload struct {
 	strategy string // "" sends no X-Strategy (target not in demo mode)
 	work     time.Duration
 	keyBase  string
+	rec      *linearize.Recorder // the history of the run's operations (nil: not recorded)
 
 	histMu sync.Mutex
 	hist   *hdrhistogram.Histogram // latency of every attempt, in microseconds
 
 	done, created, failed atomic.Int64 // purchases finished, 201s, attempts without 2xx/409
+	reads                 atomic.Int64 // reads of an item's stock (history.go)
 	missed                atomic.Int64 // open model: arrivals dropped, the in-flight cap was reached
 	lastSold              atomic.Int64 // when the latest-sent attempt answered 201 was sent (Unix ns)
 
@@ -123,19 +127,19 @@ func (w *workload) execute(ctx context.Context, s spec) *purchase {
 		done := make(chan struct{})
 		go func() { // owner: execute, which waits on done
 			defer close(done)
-			copyRes = other.purchase(ctx, req)
+			copyRes = w.buy(ctx, other, req)
 		}()
-		r := w.apis[s.instance].purchase(ctx, req)
+		r := w.buy(ctx, w.apis[s.instance], req)
 		<-done
 		p.Attempts = append(p.Attempts, r, copyRes)
 	case s.retry:
-		r := w.apis[s.instance].purchase(ctx, req)
+		r := w.buy(ctx, w.apis[s.instance], req)
 		p.Attempts = append(p.Attempts, r)
 		if ctx.Err() == nil {
-			p.Attempts = append(p.Attempts, other.purchase(ctx, req))
+			p.Attempts = append(p.Attempts, w.buy(ctx, other, req))
 		}
 	default:
-		p.Attempts = append(p.Attempts, w.apis[s.instance].purchase(ctx, req))
+		p.Attempts = append(p.Attempts, w.buy(ctx, w.apis[s.instance], req))
 	}
 	for _, r := range p.Attempts {
 		w.record(r)
@@ -198,6 +202,10 @@ func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64)
 			rng := rand.New(rand.NewPCG(uint64(seed), uint64(i)))
 			var mine []*purchase
 			for runCtx.Err() == nil {
+				if w.readNow(rng) {
+					w.read(ctx, w.apis[i%len(w.apis)], w.pickItem(rng))
+					continue
+				}
 				n := int(seq.Add(1) - 1)
 				if n >= limit {
 					break
@@ -269,7 +277,7 @@ func (w *workload) reconcile(ctx context.Context) (replayed, unresolved int) {
 		replayed++
 		req := purchaseReq{ItemID: p.ItemID, Quantity: p.Quantity, Key: p.Key, Strategy: w.strategy}
 		for try := 0; try < 3 && ctx.Err() == nil && !p.settled(); try++ {
-			p.Replays = append(p.Replays, w.apis[(p.Instance+try)%len(w.apis)].purchase(ctx, req))
+			p.Replays = append(p.Replays, w.buy(ctx, w.apis[(p.Instance+try)%len(w.apis)], req))
 		}
 		if !p.settled() {
 			unresolved++

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHistoryNaiveNotLinearizable runs naive and guard over two processes with reads mixed in:
+// the checker must find naive's history NOT linearizable (and draw it next to the report) and
+// guard's linearizable, and the run passes (naive is not expected safe).
+func TestHistoryNaiveNotLinearizable(t *testing.T) {
+	needStorefront(t)
+	dir := t.TempDir()
+	cfg := smallRun("naive", "guard")
+	cfg.Instances, cfg.Requests, cfg.Reads, cfg.CheckTimeout = 2, 200, 0.2, defaultCheckTimeout
+	cfg.HTMLFile = filepath.Join(dir, "report.html")
+	rep, err := Run(context.Background(), cfg, tlog{t})
+	require.NoError(t, err)
+	res := byStrategy(t, rep)
+
+	naive := res["naive"].History
+	require.NotNil(t, naive)
+	assert.Equal(t, histNotLinearizable, naive.Verdict, naive.Reason)
+	assert.False(t, naive.Failed, "naive is not expected linearizable")
+	assert.Positive(t, naive.Reads)
+	assert.Equal(t, res["naive"].Reads, naive.Reads)
+	var viz string
+	for _, it := range naive.Items {
+		if it.Result == "illegal" {
+			viz = it.Visualization
+		}
+	}
+	require.NotEmpty(t, viz, "a visualization of the violation")
+	assert.Equal(t, dir, filepath.Dir(viz), "next to the report")
+	_, err = os.Stat(viz)
+	require.NoError(t, err)
+
+	guard := res["guard"].History
+	require.NotNil(t, guard)
+	assert.Equal(t, histLinearizable, guard.Verdict, guard.Reason)
+	assert.Equal(t, 0, rep.ExitCode)
+
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	assert.Contains(t, table.String(), "naive          NOT linearizable (expected)")
+	assert.Contains(t, table.String(), "guard          linearizable")
+	require.NoError(t, rep.WriteHTML(cfg.HTMLFile))
+	page, err := os.ReadFile(cfg.HTMLFile)
+	require.NoError(t, err)
+	assert.Contains(t, string(page), `<a href="`+filepath.Base(viz)+`">visualization</a>`)
+	assert.True(t, strings.Count(string(page), "NOT linearizable") >= 1)
+}
