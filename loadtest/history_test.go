@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,4 +57,22 @@ func TestHistoryNaiveNotLinearizable(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(page), `<a href="`+filepath.Base(viz)+`">visualization</a>`)
 	assert.True(t, strings.Count(string(page), "NOT linearizable") >= 1)
+}
+
+// TestHistoryLockGuardRefusalsTellTheTruth runs lock+guard where some buyers leave (a client
+// timeout just above the work) while their purchases are admitted in a coalesced batch: a
+// sold-out or insufficient-stock answer must still be true when it is given. It fails while
+// the coalescing answers refusals from the stock minus the units admitted to a batch that has
+// not committed (and may never commit them: a member whose buyer left is not written).
+func TestHistoryLockGuardRefusalsTellTheTruth(t *testing.T) {
+	needStorefront(t)
+	cfg := smallRun("lock+guard")
+	cfg.Instances, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.Retry = 2, 20, 600, 32, 0
+	cfg.Work, cfg.Timeout, cfg.Reads, cfg.CheckTimeout = 100*time.Millisecond, 150*time.Millisecond, 0.2, defaultCheckTimeout
+	cfg.JSONFile = filepath.Join(t.TempDir(), "report.json")
+	rep, err := Run(context.Background(), cfg, tlog{t})
+	require.NoError(t, err)
+	h := byStrategy(t, rep)["lock+guard"].History
+	require.NotNil(t, h)
+	assert.Equal(t, histLinearizable, h.Verdict, "%s (visualization: %v)", h.Reason, h.Items)
 }

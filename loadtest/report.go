@@ -159,6 +159,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.Strategies {
 		shown := s.Verdict
 		switch {
+		case s.Failed && s.Verdict == verdict.Safe && s.History != nil && s.History.Failed:
+			shown += " (FAIL: history NOT linearizable)"
 		case s.Failed:
 			shown += " (FAIL: called safe)"
 		case !s.ExpectedSafe && s.Verdict != verdict.Safe:

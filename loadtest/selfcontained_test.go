@@ -73,7 +73,7 @@ func (w tlog) Write(p []byte) (int, error) {
 func smallRun(strategies ...string) Config {
 	return Config{Bin: storefrontBin, Instances: 3, Strategies: strategies, Items: 1, Stock: 40, Requests: 300,
 		Concurrency: 12, Quantity: 1, Hot: 1, Retry: 0.05, Work: 20 * time.Millisecond, Timeout: 10 * time.Second,
-		Seed: 7, Reads: 0.1, CheckTimeout: defaultCheckTimeout}
+		Seed: 7}
 }
 
 // assertGone checks that every process of the run has exited.
