@@ -43,6 +43,9 @@ type Config struct {
 	// The checked history (history.go).
 	Reads        float64       // share of operations that read an item's stock, 0..0.9
 	CheckTimeout time.Duration // bound of the linearizability check of one strategy's history; 0: not checked
+	// The open model and the thresholds (openmodel.go, threshold.go).
+	Spike      bool        // open model: the rate ramps from 0 to Rate in one second, then holds
+	Thresholds []threshold // -threshold: each strategy's run must meet them (else exit 3)
 }
 
 // maxPurchases bounds a duration-only run.
@@ -93,6 +96,8 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Rounds, "rounds", 3, "-perf: measured rounds of every target (after a warm-up round)")
 	fs.Float64Var(&c.Reads, "reads", 0.1, "share of operations that read an item's stock (GET /api/items/:id) between the purchases, for the checked history, 0..0.9")
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", defaultCheckTimeout, "bound of the linearizability check of each strategy's history (0: not checked)")
+	fs.BoolVar(&c.Spike, "spike", false, "open model: a flash sale, arrivals ramp from 0 to -rate in one second, then hold")
+	fs.Var((*thresholdList)(&c.Thresholds), "threshold", "a bound each strategy's run must meet, else exit 3: p50|p90|p99|max|mean<200ms, errors<1%, rps>500 (repeatable, or comma-separated)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -179,6 +184,8 @@ func (c *Config) validate() error {
 		return usageErr("-hot must be 0..1, got %g", c.Hot)
 	case c.Retry < 0 || c.Retry > 1:
 		return usageErr("-retry must be 0..1, got %g", c.Retry)
+	case c.Spike && c.Rate <= 0:
+		return usageErr("-spike needs -rate (the rate the flash sale ramps to)")
 	case c.Reads < 0 || c.Reads > 0.9:
 		return usageErr("-reads must be 0..0.9, got %g", c.Reads)
 	case c.CheckTimeout < 0:

@@ -18,7 +18,9 @@
 //
 // Exit status: 0 when every strategy expected SAFE kept the invariants (the expectation follows
 // from what GET /api/strategies says of the strategy and from the chaos mode, modes.go), 1 when
-// one broke them, 2 on bad flags, unreachable targets or another error, 130 when interrupted.
+// one broke them or answered in a history found NOT linearizable (history.go), 2 on bad flags,
+// unreachable targets or another error, 3 when every invariant held but a -threshold was missed
+// (threshold.go), 130 when interrupted.
 package main
 
 import (
@@ -74,7 +76,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if rep.ExitCode != 0 {
+	if rep.ExitCode == exitThreshold {
+		fmt.Fprintln(stderr, "loadtest: FAIL: a -threshold was missed (every invariant held)")
+	}
+	if rep.ExitCode == 1 {
 		fmt.Fprintf(stderr, "loadtest: FAIL: %v broke an invariant or answered in a NOT linearizable history although expected SAFE in this setting\n", rep.Failed)
 	}
 	return rep.ExitCode

@@ -53,7 +53,10 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version()},
 		Config: ReportConfig{Items: cfg.Items, Stock: cfg.Stock, Requests: cfg.Requests, DurationS: cfg.Duration.Seconds(),
 			Concurrency: cfg.Concurrency, Rate: cfg.Rate, Quantity: cfg.Quantity, Hot: cfg.Hot, Retry: cfg.Retry,
-			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed}}
+			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed, Spike: cfg.Spike, Reads: cfg.Reads}}
+	if cfg.Rate > 0 {
+		rep.Config.LatencyFrom = "intended start"
+	}
 	if cl != nil {
 		rep.DB = cl.DB
 	}
@@ -140,8 +143,13 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			add(again)
 		}
 	}
-	if len(rep.Failed) > 0 {
+	var met bool
+	rep.Thresholds, met = checkThresholds(cfg.Thresholds, rep.Strategies)
+	switch {
+	case len(rep.Failed) > 0:
 		rep.ExitCode = 1
+	case !met:
+		rep.ExitCode = exitThreshold
 	}
 	return rep, nil
 }
@@ -254,6 +262,7 @@ func (sr strategyRun) strategy(ctx context.Context, strategy string, ch *chaos, 
 	res.ExpectedSafe = mode.expectSafe(res.Class)
 	res.Failed = res.ExpectedSafe && res.Verdict != verdict.Safe
 	res.Reads = int(w.reads.Load())
+	res.InFlight = w.inFlightSeries
 	res.History = checkHistory(ctx, cfg, w.rec, items, vizPathFor(cfg, label+res.Fault))
 	res.History.Expected = res.ExpectedSafe
 	res.History.Failed = res.ExpectedSafe && res.History.Verdict == histNotLinearizable

@@ -51,6 +51,7 @@ type spec struct {
 	quantity int
 	retry    bool
 	instance int
+	intended time.Time // open model: when the schedule meant it to be sent (openmodel.go); zero in the closed model
 }
 
 // workload fires the purchases of one strategy at the instances.
@@ -69,6 +70,8 @@ type workload struct {
 	done, created, failed atomic.Int64 // purchases finished, 201s, attempts without 2xx/409
 	reads                 atomic.Int64 // reads of an item's stock (history.go)
 	missed                atomic.Int64 // open model: arrivals dropped, the in-flight cap was reached
+	inFlight              atomic.Int64 // open model: requests in flight (openmodel.go)
+	inFlightSeries        []InFlightPoint
 	lastSold              atomic.Int64 // when the latest-sent attempt answered 201 was sent (Unix ns)
 
 	resMu   sync.Mutex
@@ -79,8 +82,8 @@ func newHistogram() *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
 }
 
-func (w *workload) record(r purchaseResult) {
-	us := r.Latency.Microseconds()
+func (w *workload) record(r purchaseResult, queued time.Duration) {
+	us := (r.Latency + queued).Microseconds()
 	if us < 1 {
 		us = 1
 	}
@@ -141,8 +144,8 @@ func (w *workload) execute(ctx context.Context, s spec) *purchase {
 	default:
 		p.Attempts = append(p.Attempts, w.buy(ctx, w.apis[s.instance], req))
 	}
-	for _, r := range p.Attempts {
-		w.record(r)
+	for i, r := range p.Attempts {
+		w.record(r, queuedFor(s, i, r))
 	}
 	w.done.Add(1)
 	return p
@@ -218,48 +221,6 @@ func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64)
 			}
 			w.resMu.Lock()
 			w.results = append(w.results, mine...)
-			w.resMu.Unlock()
-		}()
-	}
-	wg.Wait()
-}
-
-// runOpen: purchases arrive at a fixed rate whatever the servers' speed, so slow answers show in
-// the latency instead of lowering the load. Purchase i goes to instance i mod N. At most
-// Concurrency purchases are in flight; an arrival beyond that is counted as missed.
-func (w *workload) runOpen(ctx, runCtx context.Context, limit int, seed int64) {
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	interval := time.Duration(float64(time.Second) / w.cfg.Rate)
-	sem := make(chan struct{}, w.cfg.Concurrency)
-	var wg sync.WaitGroup
-	start := time.Now()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for n := 0; n < limit; n++ {
-		if d := time.Until(start.Add(time.Duration(n) * interval)); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-runCtx.Done():
-			case <-timer.C:
-			}
-		}
-		if runCtx.Err() != nil {
-			break
-		}
-		s := w.next(rng, n, n%len(w.apis))
-		select {
-		case sem <- struct{}{}:
-		default:
-			w.missed.Add(1)
-			continue
-		}
-		wg.Add(1)
-		go func() { // owner: runOpen, which waits for it
-			defer wg.Done()
-			p := w.execute(ctx, s)
-			<-sem
-			w.resMu.Lock()
-			w.results = append(w.results, p)
 			w.resMu.Unlock()
 		}()
 	}
