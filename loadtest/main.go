@@ -11,6 +11,8 @@
 //	go run ./loadtest -chaos failover              # Sentinel failover that loses the hot lock
 //	go run ./loadtest -chaos partition             # black-hole the lock holder's link to Redis
 //	go run ./loadtest -chaos latency               # each strategy with and without 20ms each way
+//	go run ./loadtest -chaos clock                 # step Redis's clock past the lease while the holder works
+//	go run ./loadtest -rate 400 -spike -threshold 'p99<500ms,errors<1%'   # a flash sale, open model
 //	go run ./loadtest -target http://127.0.0.1:8080 -admin-token secret
 //	go run ./loadtest -json report.json -html report.html
 //	go run ./loadtest -scenario pitfalls           # every broken lock next to its fix
