@@ -265,7 +265,7 @@ func (c *Cluster) startRedis(cfg ClusterConfig) (func(i int) string, error) {
 		return func(int) string { return url }, nil
 	}
 	var env []string
-	if cfg.Redis == TopologyClock {
+	if cfg.Redis == TopologyClock || cfg.Redis == TopologyMix {
 		var err error
 		if c.Clock, env, err = prepareClock(context.Background(), c.Dir); err != nil {
 			return nil, err
@@ -276,7 +276,7 @@ func (c *Cluster) startRedis(cfg ClusterConfig) (func(i int) string, error) {
 		return nil, err
 	}
 	logf("redis: %s at %s", c.Redis.Kind, c.Redis.URL)
-	if cfg.Redis != TopologyProxied {
+	if cfg.Redis != TopologyProxied && cfg.Redis != TopologyMix {
 		return func(int) string { return c.Redis.URL }, nil
 	}
 	for i := 0; i < cfg.Instances; i++ {

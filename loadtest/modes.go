@@ -56,6 +56,7 @@ const (
 	chaosPartition = "partition"
 	chaosLatency   = "latency"
 	chaosClock     = "clock"
+	chaosMix       = "mix"
 )
 
 // chaosMode is one fault the load test can bring to every strategy's run: what it does, what it
@@ -180,6 +181,17 @@ var chaosModes = []chaosMode{
 			faultDuration(c, set, time.Duration(clockJumps+2)*c.Lease+2*time.Second)
 		},
 	},
+	{
+		name:        chaosMix,
+		help:        "one fault every few seconds drawn from: pause an instance, partition an instance's link (flapping), latency, a clock step, kill -9 redis-server and restart it empty (mix.go)",
+		redis:       TopologyMix,
+		safe:        []strategyClass{classSafe},
+		inject:      (*chaos).mix,
+		stopsHolder: true,
+		defaults: func(c *Config, set map[string]bool) {
+			faultDuration(c, set, 20*time.Second)
+		},
+	},
 }
 
 // faultDuration makes the run last d when neither -duration nor -requests bounds it.
@@ -260,6 +272,8 @@ func (m chaosMode) checkTopology(cl *Cluster) error {
 		return usageErr("-chaos %s needs the instances behind Sentinel (start the cluster with Redis: %q)", m.name, TopologySentinel)
 	case m.redis == TopologyProxied && len(cl.Links) != len(cl.Instances):
 		return usageErr("-chaos %s needs one proxy per instance (start the cluster with Redis: %q)", m.name, TopologyProxied)
+	case m.redis == TopologyMix && (cl.Clock == nil || len(cl.Links) != len(cl.Instances) || cl.Redis == nil):
+		return usageErr("-chaos %s needs a redis-server whose clock it can step behind one proxy per instance (start the cluster with Redis: %q)", m.name, TopologyMix)
 	case m.redis == TopologyClock && cl.Clock == nil:
 		return usageErr("-chaos %s needs a redis-server whose clock it can step (start the cluster with Redis: %q)", m.name, TopologyClock)
 	case m.redis == "" && m.name != chaosNone && cl.Redis == nil:
