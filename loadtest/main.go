@@ -12,6 +12,7 @@
 //	go run ./loadtest -chaos partition             # black-hole the lock holder's link to Redis
 //	go run ./loadtest -chaos latency               # each strategy with and without 20ms each way
 //	go run ./loadtest -chaos clock                 # step Redis's clock past the lease while the holder works
+//	go run ./loadtest -chaos mix -duration 60s     # a fault every few seconds, drawn from all of them
 //	go run ./loadtest -rate 400 -spike -threshold 'p99<500ms,errors<1%'   # a flash sale, open model
 //	go run ./loadtest -target http://127.0.0.1:8080 -admin-token secret
 //	go run ./loadtest -json report.json -html report.html
