@@ -17,18 +17,19 @@ import (
 
 // Report is the outcome of a load test run, as written by -json.
 type Report struct {
-	StartedAt  time.Time         `json:"started_at"`
-	Mode       string            `json:"mode"`            // "self-contained" or "target"
-	Demo       bool              `json:"demo"`            // the servers accepted X-Strategy
-	Redis      string            `json:"redis,omitempty"` // self-contained: "redis-server" or "miniredis"
-	RedisPID   int               `json:"redis_pid,omitempty"`
-	DB         string            `json:"db,omitempty"` // self-contained: "sqlite", "postgres" or "postgres (url)"
-	Machine    Machine           `json:"machine"`
-	Config     ReportConfig      `json:"config"`
-	Instances  []InstanceInfo    `json:"instances"`
-	Strategies []StrategyResult  `json:"strategies"`
-	Failed     []string          `json:"failed"`    // strategies called safe that broke an invariant
-	ExitCode   int               `json:"exit_code"` // 1 when Failed is not empty, else 3 when a threshold was missed
+	StartedAt  time.Time        `json:"started_at"`
+	Mode       string           `json:"mode"`            // "self-contained" or "target"
+	Demo       bool             `json:"demo"`            // the servers accepted X-Strategy
+	Redis      string           `json:"redis,omitempty"` // self-contained: "redis-server" or "miniredis"
+	RedisPID   int              `json:"redis_pid,omitempty"`
+	DB         string           `json:"db,omitempty"` // self-contained: "sqlite", "postgres" or "postgres (url)"
+	Machine    Machine          `json:"machine"`
+	Config     ReportConfig     `json:"config"`
+	Instances  []InstanceInfo   `json:"instances"`
+	Strategies []StrategyResult `json:"strategies"`
+	Failed     []string         `json:"failed"`    // strategies called safe that broke an invariant
+	ExitCode   int              `json:"exit_code"` // 1 when Failed is not empty
+	// -threshold (threshold.go); ExitCode is 3 when one was missed and Failed is empty.
 	Thresholds []ThresholdResult `json:"thresholds,omitempty"`
 }
 
@@ -64,7 +65,7 @@ type ReportConfig struct {
 	Seed        int64   `json:"seed"`
 	Spike       bool    `json:"spike,omitempty"`        // open model: 0 to Rate in one second, then held
 	LatencyFrom string  `json:"latency_from,omitempty"` // "intended start" in the open model (coordinated omission corrected)
-	Reads       float64 `json:"reads"`
+	Reads       float64 `json:"reads"`                  // -reads
 }
 
 // Latency holds percentiles in milliseconds.
@@ -84,29 +85,30 @@ type LatencyPoint struct {
 
 // StrategyResult is one strategy's row of the report.
 type StrategyResult struct {
-	Strategy     string          `json:"strategy"`
-	Instances    int             `json:"instances"`
-	Requests     int             `json:"requests"`   // purchases (idempotency keys)
-	Sends        int             `json:"sends"`      // HTTP purchase requests, -retry copies included, replays not
-	Replays      int             `json:"replays"`    // purchases replayed after a client timeout
-	Unresolved   int             `json:"unresolved"` // replays that got no answer either
-	Missed       int             `json:"missed"`     // open model: arrivals dropped at the in-flight cap
-	InitialStock int             `json:"initial_stock"`
-	DurationS    float64         `json:"duration_s"`
-	ReqPerSec    float64         `json:"req_per_s"` // sends per second
-	Latency      Latency         `json:"latency"`
-	Distribution []LatencyPoint  `json:"latency_distribution"`
-	Items        []ItemStats     `json:"items"` // /api/stats after the run
-	Chaos        *ChaosEvent     `json:"chaos,omitempty"`
-	Fault        string          `json:"fault,omitempty"`              // -chaos latency: " +20ms" on the run with the latency
-	Baseline     float64         `json:"baseline_req_per_s,omitempty"` // -chaos latency: req/s of the run without it
-	Class        strategyClass   `json:"class"`                        // how it stands up to faults, from what the server says of it (modes.go)
-	ExpectedSafe bool            `json:"expected_safe"`                // its class is expected SAFE in the run's setting (modes.go)
-	Verdict      string          `json:"verdict"`
-	Failed       bool            `json:"failed"` // expected safe, verdict not SAFE (or history NOT linearizable)
-	Reads        int             `json:"reads"`  // reads of an item's stock mixed into the workload (-reads)
-	History      *HistoryResult  `json:"history,omitempty"`
-	InFlight     []InFlightPoint `json:"in_flight,omitempty"` // open model: requests in flight over time
+	Strategy     string         `json:"strategy"`
+	Instances    int            `json:"instances"`
+	Requests     int            `json:"requests"`   // purchases (idempotency keys)
+	Sends        int            `json:"sends"`      // HTTP purchase requests, -retry copies included, replays not
+	Replays      int            `json:"replays"`    // purchases replayed after a client timeout
+	Unresolved   int            `json:"unresolved"` // replays that got no answer either
+	Missed       int            `json:"missed"`     // open model: arrivals dropped at the in-flight cap
+	InitialStock int            `json:"initial_stock"`
+	DurationS    float64        `json:"duration_s"`
+	ReqPerSec    float64        `json:"req_per_s"` // sends per second
+	Latency      Latency        `json:"latency"`
+	Distribution []LatencyPoint `json:"latency_distribution"`
+	Items        []ItemStats    `json:"items"` // /api/stats after the run
+	Chaos        *ChaosEvent    `json:"chaos,omitempty"`
+	Fault        string         `json:"fault,omitempty"`              // -chaos latency: " +20ms" on the run with the latency
+	Baseline     float64        `json:"baseline_req_per_s,omitempty"` // -chaos latency: req/s of the run without it
+	Class        strategyClass  `json:"class"`                        // how it stands up to faults, from what the server says of it (modes.go)
+	ExpectedSafe bool           `json:"expected_safe"`                // its class is expected SAFE in the run's setting (modes.go)
+	Verdict      string         `json:"verdict"`
+	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE (or history NOT linearizable)
+	Reads        int            `json:"reads"`  // reads of an item's stock mixed into the workload (-reads)
+	// The checked history (history.go) and, in the open model, the requests in flight over time.
+	History  *HistoryResult  `json:"history,omitempty"`
+	InFlight []InFlightPoint `json:"in_flight,omitempty"`
 	verdict.Findings
 }
 
