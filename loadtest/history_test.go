@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/verdict"
 )
 
 // TestHistoryNaiveNotLinearizable runs naive and guard over two processes with reads mixed in:
@@ -75,4 +77,34 @@ func TestHistoryLockGuardRefusalsTellTheTruth(t *testing.T) {
 	h := byStrategy(t, rep)["lock+guard"].History
 	require.NotNil(t, h)
 	assert.Equal(t, histLinearizable, h.Verdict, "%s (visualization: %v)", h.Reason, h.Items)
+}
+
+// TestFakeFalseRefusalsFailSafeStrategy: a server whose invariants hold but that answers sold
+// out while units remain (every 5th purchase) is caught by the checked history alone: the safe
+// strategy's run fails with exit 1, the verdict column says why.
+func TestFakeFalseRefusalsFailSafeStrategy(t *testing.T) {
+	f, srv := newFake(t, true)
+	f.liar = true
+	cfg := fakeConfig("guard")
+	cfg.Items, cfg.Stock, cfg.Requests, cfg.Reads, cfg.CheckTimeout = 1, 100, 60, 0.2, defaultCheckTimeout
+	cfg.JSONFile = filepath.Join(t.TempDir(), "r.json")
+	rep, err := RunTargets(context.Background(), cfg, []string{srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	g := rep.Strategies[0]
+	assert.Equal(t, verdict.Safe, g.Verdict, "the invariants hold: a refusal writes nothing")
+	require.NotNil(t, g.History)
+	assert.Equal(t, histNotLinearizable, g.History.Verdict, g.History.Reason)
+	assert.True(t, g.History.Failed && g.Failed)
+	assert.Equal(t, 1, rep.ExitCode)
+	assert.Equal(t, []string{"guard"}, rep.Failed)
+	var out bytes.Buffer
+	rep.WriteTable(&out)
+	assert.Contains(t, out.String(), "SAFE (FAIL: history NOT linearizable)")
+
+	f.liar = false
+	rep, err = RunTargets(context.Background(), cfg, []string{srv.URL}, "t0k", nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, histLinearizable, rep.Strategies[0].History.Verdict, rep.Strategies[0].History.Reason)
+	assert.Positive(t, rep.Strategies[0].History.Reads)
+	assert.Equal(t, 0, rep.ExitCode)
 }
