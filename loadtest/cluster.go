@@ -54,6 +54,7 @@ type Cluster struct {
 	Redis      *redisServer           // one redis-server (also behind the proxies); nil with Sentinel
 	Sentinel   *redisproc.SentinelSet // TopologySentinel
 	Links      []*netfault.Link       // TopologyProxied: instance i's link to Redis
+	Clock      *redisClock            // TopologyClock: steps the redis-server's clock (clock.go)
 	DB         string                 // "sqlite", "postgres" (private server) or "postgres (url)"
 	Postgres   *pgproc.Server         // the private PostgreSQL server; nil otherwise
 	Instances  []*Instance
@@ -263,12 +264,19 @@ func (c *Cluster) startRedis(cfg ClusterConfig) (func(i int) string, error) {
 		url := c.Sentinel.URL()
 		return func(int) string { return url }, nil
 	}
+	var env []string
+	if cfg.Redis == TopologyClock || cfg.Redis == TopologyMix {
+		var err error
+		if c.Clock, env, err = prepareClock(context.Background(), c.Dir); err != nil {
+			return nil, err
+		}
+	}
 	var err error
-	if c.Redis, err = startRedis(cfg.RedisDir); err != nil {
+	if c.Redis, err = startRedis(cfg.RedisDir, env...); err != nil {
 		return nil, err
 	}
 	logf("redis: %s at %s", c.Redis.Kind, c.Redis.URL)
-	if cfg.Redis != TopologyProxied {
+	if cfg.Redis != TopologyProxied && cfg.Redis != TopologyMix {
 		return func(int) string { return c.Redis.URL }, nil
 	}
 	for i := 0; i < cfg.Instances; i++ {

@@ -42,6 +42,12 @@ type Config struct {
 	Perf        bool          // the same-run performance command instead of the comparison (perf.go)
 	Rounds      int           // -perf: measured rounds of every target
 	Routes      []string      // how purchases reach the instances (RouteRoundRobin, RouteItem): each strategy runs once per route
+	// The checked history (history.go).
+	Reads        float64       // share of operations that read an item's stock, 0..0.9
+	CheckTimeout time.Duration // bound of the linearizability check of one strategy's history; 0: not checked
+	// The open model and the thresholds (openmodel.go, threshold.go).
+	Spike      bool        // open model: the rate ramps from 0 to Rate in one second, then holds
+	Thresholds []threshold // -threshold: each strategy's run must meet them (else exit 3)
 }
 
 // Routes of the purchases to the instances (-route).
@@ -104,6 +110,10 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Rounds, "rounds", 3, "-perf: measured rounds of every target (after a warm-up round)")
 	fs.StringVar(&routes, "route", RouteRoundRobin, `how purchases reach the instances: "round-robin" whatever the item, or "item": all of an item's`+"\n"+
 		`on one instance, picked by nginx's consistent hash of the item id (deploy/nginx.conf); "item,round-robin" runs each strategy both ways`)
+	fs.Float64Var(&c.Reads, "reads", 0.1, "share of operations that read an item's stock (GET /api/items/:id) between the purchases, for the checked history, 0..0.9")
+	fs.DurationVar(&c.CheckTimeout, "check-timeout", defaultCheckTimeout, "bound of the linearizability check of each strategy's history (0: not checked)")
+	fs.BoolVar(&c.Spike, "spike", false, "open model: a flash sale, arrivals ramp from 0 to -rate in one second, then hold")
+	fs.Var((*thresholdList)(&c.Thresholds), "threshold", "a bound each strategy's run must meet, else exit 3: p50|p90|p99|max|mean<200ms, errors<1%, rps>500 (repeatable, or comma-separated)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -194,6 +204,12 @@ func (c *Config) validate() error {
 		return usageErr("-hot must be 0..1, got %g", c.Hot)
 	case c.Retry < 0 || c.Retry > 1:
 		return usageErr("-retry must be 0..1, got %g", c.Retry)
+	case c.Spike && c.Rate <= 0:
+		return usageErr("-spike needs -rate (the rate the flash sale ramps to)")
+	case c.Reads < 0 || c.Reads > 0.9:
+		return usageErr("-reads must be 0..0.9, got %g", c.Reads)
+	case c.CheckTimeout < 0:
+		return usageErr("-check-timeout must not be negative")
 	case c.Work < 0 || c.Work > time.Second:
 		return usageErr("-work must be 0..1s, got %s", c.Work)
 	case !knownChaos(c.Chaos):

@@ -25,6 +25,8 @@ type fakeStore struct {
 	nextID   int64
 	wrongStr string // when set, 201s name this strategy instead of the asked one
 	ghost    bool   // when set, every 10th purchase also writes an order nobody was answered
+	liar     bool   // when set, every 5th purchase is answered sold out while stock remains (history.go must see it)
+	calls    int
 }
 
 type fakeItem struct {
@@ -124,6 +126,17 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, out)
 	case strings.HasSuffix(p, "/purchase"):
 		f.purchase(w, r)
+	case strings.HasPrefix(p, "/api/items/"):
+		id, _ := strconv.Atoi(strings.TrimPrefix(p, "/api/items/"))
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, it := range f.items {
+			if it.ID == id {
+				writeJSON(w, 200, item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
+				return
+			}
+		}
+		writeErr(w, 404, "not_found")
 	default:
 		writeErr(w, 404, "not_found")
 	}
@@ -161,8 +174,10 @@ func (f *fakeStore) purchase(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stock := it.Stock
+	f.calls++
+	lie := f.liar && f.calls%5 == 0
 	f.mu.Unlock()
-	if stock < body.Quantity {
+	if stock < body.Quantity || lie {
 		writeErr(w, 409, "sold_out")
 		return
 	}

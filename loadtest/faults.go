@@ -374,7 +374,14 @@ func (ev *ChaosEvent) settle(start time.Time, purchases []*purchase, orders []or
 // faultString describes the event of a fault other than a pause (of mode m).
 func (e *ChaosEvent) faultString(m chaosMode) string {
 	var b strings.Builder
-	if e.Token == 0 {
+	if e.Mode == chaosMix {
+		b.WriteString("mix")
+		if e.Note != "" {
+			b.WriteString(": " + e.Note)
+		} else if e.ResumedAfter >= 0 {
+			fmt.Fprintf(&b, ": selling resumed %.2fs after the first fault, %d purchase(s) refused during the run's faults", e.ResumedAfter, e.Refused)
+		}
+	} else if e.Token == 0 {
 		b.WriteString("no fault: " + e.Note)
 	} else {
 		fmt.Fprintf(&b, "%s: holder instance %d (pid %d), token %d", e.Mode, e.Instance, e.PID, e.Token)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"html/template"
 	"os"
+	"path/filepath"
 	"regexp"
 )
 
@@ -24,6 +25,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"codes": codes,
 	"work":  fmtWork,
 	"batch": fmtBatch,
+	"base":  filepath.Base,
 }).Parse(reportHTML))
 
 // WriteHTML writes r as a self-contained HTML page with its charts.

@@ -55,6 +55,8 @@ const (
 	chaosFailover  = "failover"
 	chaosPartition = "partition"
 	chaosLatency   = "latency"
+	chaosClock     = "clock"
+	chaosMix       = "mix"
 )
 
 // chaosMode is one fault the load test can bring to every strategy's run: what it does, what it
@@ -161,6 +163,35 @@ var chaosModes = []chaosMode{
 		lockOnly: true,
 		second:   addLatency,
 	},
+	{
+		name:        chaosClock,
+		help:        "steps Redis's wall clock forward past the lease while the hot lock's holder works (keys expire early)",
+		redis:       TopologyClock,
+		safe:        []strategyClass{classSafe},
+		lockOnly:    true,
+		inject:      (*chaos).clockJump,
+		watchesLoss: true,
+		defaults: func(c *Config, set map[string]bool) {
+			// A work shorter than the watchdog's renewal interval (a third of the lease): the
+			// holder whose key expired finishes its work and writes before its watchdog's next
+			// renewal finds the lock gone.
+			if !set["work"] {
+				c.Work = c.Lease / 5
+			}
+			faultDuration(c, set, time.Duration(clockJumps+2)*c.Lease+2*time.Second)
+		},
+	},
+	{
+		name:        chaosMix,
+		help:        "one fault every few seconds drawn from: pause an instance, partition an instance's link (flapping), latency, a clock step, kill -9 redis-server and restart it empty (mix.go)",
+		redis:       TopologyMix,
+		safe:        []strategyClass{classSafe},
+		inject:      (*chaos).mix,
+		stopsHolder: true,
+		defaults: func(c *Config, set map[string]bool) {
+			faultDuration(c, set, 20*time.Second)
+		},
+	},
 }
 
 // faultDuration makes the run last d when neither -duration nor -requests bounds it.
@@ -241,6 +272,10 @@ func (m chaosMode) checkTopology(cl *Cluster) error {
 		return usageErr("-chaos %s needs the instances behind Sentinel (start the cluster with Redis: %q)", m.name, TopologySentinel)
 	case m.redis == TopologyProxied && len(cl.Links) != len(cl.Instances):
 		return usageErr("-chaos %s needs one proxy per instance (start the cluster with Redis: %q)", m.name, TopologyProxied)
+	case m.redis == TopologyMix && (cl.Clock == nil || len(cl.Links) != len(cl.Instances) || cl.Redis == nil):
+		return usageErr("-chaos %s needs a redis-server whose clock it can step behind one proxy per instance (start the cluster with Redis: %q)", m.name, TopologyMix)
+	case m.redis == TopologyClock && cl.Clock == nil:
+		return usageErr("-chaos %s needs a redis-server whose clock it can step (start the cluster with Redis: %q)", m.name, TopologyClock)
 	case m.redis == "" && m.name != chaosNone && cl.Redis == nil:
 		return usageErr("-chaos %s needs a single Redis", m.name)
 	}

@@ -27,17 +27,20 @@ type redisServer struct {
 }
 
 // startRedis starts the run's Redis. With dir it must be a redis-server, whose SAVE and BGSAVE
-// write dir/dump.rdb and which RestartFromSnapshot restarts from it.
-func startRedis(dir string) (*redisServer, error) {
+// write dir/dump.rdb and which RestartFromSnapshot restarts from it; with env too (its
+// environment on top of this process's: -chaos clock).
+func startRedis(dir string, env ...string) (*redisServer, error) {
 	var (
 		srv *redisproc.Server
 		err error
 	)
 	path, lerr := exec.LookPath("redis-server")
-	opts := redisproc.ChildOptions{Dir: dir}
+	opts := redisproc.ChildOptions{Dir: dir, Env: env}
 	switch {
 	case lerr == nil:
 		srv, err = redisproc.StartChildOpts(path, 0, opts)
+	case len(env) > 0:
+		return nil, errors.New("-chaos clock changes the clock of a redis-server: it needs redis-server on PATH (apt-get install redis-server)")
 	case dir != "":
 		return nil, errors.New("this scenario restarts Redis from a snapshot: it needs redis-server on PATH (apt-get install redis-server)")
 	default:

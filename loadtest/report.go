@@ -29,6 +29,8 @@ type Report struct {
 	Strategies []StrategyResult `json:"strategies"`
 	Failed     []string         `json:"failed"`    // strategies called safe that broke an invariant
 	ExitCode   int              `json:"exit_code"` // 1 when Failed is not empty
+	// -threshold (threshold.go); ExitCode is 3 when one was missed and Failed is empty.
+	Thresholds []ThresholdResult `json:"thresholds,omitempty"`
 }
 
 // Machine describes where the load test ran.
@@ -62,6 +64,10 @@ type ReportConfig struct {
 	TimeoutMS   float64  `json:"timeout_ms"`
 	Seed        int64    `json:"seed"`
 	Routes      []string `json:"routes"` // -route: how purchases reached the instances, each strategy once per route
+	// The open model and the checked history.
+	Spike       bool    `json:"spike,omitempty"`        // open model: 0 to Rate in one second, then held
+	LatencyFrom string  `json:"latency_from,omitempty"` // "intended start" in the open model (coordinated omission corrected)
+	Reads       float64 `json:"reads"`                  // -reads
 }
 
 // Latency holds percentiles in milliseconds.
@@ -101,7 +107,11 @@ type StrategyResult struct {
 	Class        strategyClass  `json:"class"`                        // how it stands up to faults, from what the server says of it (modes.go)
 	ExpectedSafe bool           `json:"expected_safe"`                // its class is expected SAFE in the run's setting (modes.go)
 	Verdict      string         `json:"verdict"`
-	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE
+	Failed       bool           `json:"failed"` // expected safe, verdict not SAFE (or history NOT linearizable)
+	Reads        int            `json:"reads"`  // reads of an item's stock mixed into the workload (-reads)
+	// The checked history (history.go) and, in the open model, the requests in flight over time.
+	History  *HistoryResult  `json:"history,omitempty"`
+	InFlight []InFlightPoint `json:"in_flight,omitempty"`
 	verdict.Findings
 	showRoute bool // the run compares routes: the label names this row's
 }
@@ -160,6 +170,10 @@ func (r *Report) WriteTable(w io.Writer) {
 	model := fmt.Sprintf("%d clients", c.Concurrency)
 	if c.Rate > 0 {
 		model = fmt.Sprintf("%g/s open model", c.Rate)
+		if c.Spike {
+			model = fmt.Sprintf("open model, spike 0 to %g/s in 1s then held", c.Rate)
+		}
+		model += ", latency from intended start"
 	}
 	fmt.Fprintf(w, "%s, %d instance(s)%s%s; %d item(s) x %d units; %s per strategy, %s, hot %g, retry %g, quantity 1..%d, work %gms, route %s%s; %d CPUs\n\n",
 		r.Mode, len(r.Instances), prefixed(", Redis: ", r.Redis), prefixed(", database: ", r.DB), c.Items, c.Stock, bound, model, c.Hot, c.Retry,
@@ -173,6 +187,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.Strategies {
 		shown := s.Verdict
 		switch {
+		case s.Failed && s.Verdict == verdict.Safe && s.History != nil && s.History.Failed:
+			shown += " (FAIL: history NOT linearizable)"
 		case s.Failed:
 			shown += " (FAIL: called safe)"
 		case !s.ExpectedSafe && s.Verdict != verdict.Safe:
@@ -211,6 +227,8 @@ func (r *Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "%s: %d timed-out requests got no answer when replayed either\n", s.Label(), s.Unresolved)
 		}
 	}
+	r.writeHistory(w)
+	r.writeThresholds(w)
 	for _, s := range r.Strategies {
 		if s.Failed {
 			for _, v := range s.Violations {

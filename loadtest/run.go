@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/linearize"
 	"github.com/stockguard/stockguard/internal/storeapi"
 	"github.com/stockguard/stockguard/internal/verdict"
 )
@@ -55,7 +56,11 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version()},
 		Config: ReportConfig{Items: cfg.Items, Stock: cfg.Stock, Requests: cfg.Requests, DurationS: cfg.Duration.Seconds(),
 			Concurrency: cfg.Concurrency, Rate: cfg.Rate, Quantity: cfg.Quantity, Hot: cfg.Hot, Retry: cfg.Retry,
-			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed, Routes: cfg.Routes}}
+			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed, Routes: cfg.Routes,
+			Spike: cfg.Spike, Reads: cfg.Reads}}
+	if cfg.Rate > 0 {
+		rep.Config.LatencyFrom = "intended start"
+	}
 	if cl != nil {
 		rep.DB = cl.DB
 	}
@@ -147,8 +152,13 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			}
 		}
 	}
-	if len(rep.Failed) > 0 {
+	var met bool
+	rep.Thresholds, met = checkThresholds(cfg.Thresholds, rep.Strategies)
+	switch {
+	case len(rep.Failed) > 0:
 		rep.ExitCode = 1
+	case !met:
+		rep.ExitCode = exitThreshold
 	}
 	return rep, nil
 }
@@ -235,6 +245,7 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *
 	if len(cfg.Routes) > 1 {
 		progressLabel += routeSuffix(route)
 	}
+	w.rec = linearize.NewRecorder()
 	pr := &progress{label: progressLabel, total: cfg.Requests, dur: cfg.Duration, wl: w}
 	if sr.logw != nil && !cfg.Quiet {
 		pr.w, pr.tty = sr.logw, isTerminal(sr.logw)
@@ -272,6 +283,12 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *
 	res.Verdict = f.Verdict()
 	res.ExpectedSafe = mode.expectSafe(res.Class)
 	res.Failed = res.ExpectedSafe && res.Verdict != verdict.Safe
+	res.Reads = int(w.reads.Load())
+	res.InFlight = w.inFlightSeries
+	res.History = checkHistory(ctx, cfg, w.rec, items, vizPathFor(cfg, res.Label()))
+	res.History.Expected = res.ExpectedSafe
+	res.History.Failed = res.ExpectedSafe && res.History.Verdict == histNotLinearizable
+	res.Failed = res.Failed || res.History.Failed
 	return res, nil
 }
 

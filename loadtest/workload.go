@@ -15,6 +15,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/stockguard/stockguard/internal/chash"
+	"github.com/stockguard/stockguard/internal/linearize"
 )
 
 // purchase is one logical purchase: one Idempotency-Key, sent once or twice (-retry), and
@@ -55,6 +56,7 @@ type spec struct {
 	quantity int
 	retry    bool
 	instance int
+	intended time.Time // open model: when the schedule meant it to be sent (openmodel.go); zero in the closed model
 }
 
 // workload fires the purchases of one strategy at the instances.
@@ -69,12 +71,16 @@ type workload struct {
 	// hash tries them (internal/chash): every purchase of the item goes to the first, the next
 	// one taking over when it refuses the connection. nil: round-robin.
 	order map[int64][]int
+	rec   *linearize.Recorder // the history of the run's operations (nil: not recorded)
 
 	histMu sync.Mutex
 	hist   *hdrhistogram.Histogram // latency of every attempt, in microseconds
 
 	done, created, failed atomic.Int64 // purchases finished, 201s, attempts without 2xx/409
+	reads                 atomic.Int64 // reads of an item's stock (history.go)
 	missed                atomic.Int64 // open model: arrivals dropped, the in-flight cap was reached
+	inFlight              atomic.Int64 // open model: requests in flight (openmodel.go)
+	inFlightSeries        []InFlightPoint
 	lastSold              atomic.Int64 // when the latest-sent attempt answered 201 was sent (Unix ns)
 
 	resMu   sync.Mutex
@@ -85,8 +91,8 @@ func newHistogram() *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
 }
 
-func (w *workload) record(r purchaseResult) {
-	us := r.Latency.Microseconds()
+func (w *workload) record(r purchaseResult, queued time.Duration) {
+	us := (r.Latency + queued).Microseconds()
 	if us < 1 {
 		us = 1
 	}
@@ -117,10 +123,17 @@ func (w *workload) next(rng *rand.Rand, seq, instance int) spec {
 	}
 	s.itemID = w.items[idx].ID
 	s.retry = w.cfg.Retry > 0 && rng.Float64() < w.cfg.Retry
-	if order := w.order[s.itemID]; len(order) > 0 {
-		s.instance = order[0]
-	}
+	s.instance = w.instanceOf(s.itemID, instance)
 	return s
+}
+
+// instanceOf returns the instance an operation on item id goes to: routed by item (-route
+// item), the first on the item's ring; round-robin, instance, the one the caller picked.
+func (w *workload) instanceOf(id int64, instance int) int {
+	if order := w.order[id]; len(order) > 0 {
+		return order[0]
+	}
+	return instance
 }
 
 // execute sends one purchase and records it. With -retry it is sent twice, the copy where a
@@ -154,8 +167,8 @@ func (w *workload) execute(ctx context.Context, s spec) *purchase {
 	default:
 		p.Attempts = append(p.Attempts, w.send(ctx, s, req))
 	}
-	for _, r := range p.Attempts {
-		w.record(r)
+	for i, r := range p.Attempts {
+		w.record(r, queuedFor(s, i, r))
 	}
 	w.done.Add(1)
 	return p
@@ -164,16 +177,19 @@ func (w *workload) execute(ctx context.Context, s spec) *purchase {
 // send sends req to the instance of s. Routed by item, a refused connection (the instance is
 // down) is sent to the next instance on the item's ring, as nginx's `proxy_next_upstream error`
 // does before the request has reached any (deploy/nginx.conf: two tries); the answer then
-// counts from the first try.
+// counts from the first try. The history records the tries as one attempt: a refused
+// connection reached no server.
 func (w *workload) send(ctx context.Context, s spec, req purchaseReq) purchaseResult {
-	r := w.apis[s.instance].purchase(ctx, req)
-	if order := w.order[s.itemID]; len(order) > 1 && errors.Is(r.Err, syscall.ECONNREFUSED) {
-		first := r.Start
-		r = w.apis[order[1]].purchase(ctx, req)
-		r.Latency += r.Start.Sub(first)
-		r.Start = first
-	}
-	return r
+	return w.recorded(req, func() purchaseResult {
+		r := w.apis[s.instance].purchase(ctx, req)
+		if order := w.order[s.itemID]; len(order) > 1 && errors.Is(r.Err, syscall.ECONNREFUSED) {
+			first := r.Start
+			r = w.apis[order[1]].purchase(ctx, req)
+			r.Latency += r.Start.Sub(first)
+			r.Start = first
+		}
+		return r
+	})
 }
 
 // itemOrders returns, per item, the instances at urls in the order nginx's `hash $item_id
@@ -238,7 +254,7 @@ func (w *workload) run(ctx context.Context, seed int64, hold <-chan struct{}) ti
 // runClosed: Concurrency workers, each sending its next purchase when the previous one is
 // answered. Worker i talks to instance i mod N, so requests spread round-robin over the
 // instances and a stalled instance stalls only its own workers (as behind a least-busy balancer);
-// routed by item, each purchase goes to its item's instance instead.
+// routed by item, each purchase and read goes to its item's instance instead.
 // Requests already sent when the duration ends are let finish (ctx, not runCtx, bounds them).
 func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64) {
 	var seq atomic.Int64
@@ -250,6 +266,11 @@ func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64)
 			rng := rand.New(rand.NewPCG(uint64(seed), uint64(i)))
 			var mine []*purchase
 			for runCtx.Err() == nil {
+				if w.readNow(rng) {
+					id := w.pickItem(rng)
+					w.read(ctx, w.apis[w.instanceOf(id, i%len(w.apis))], id)
+					continue
+				}
 				n := int(seq.Add(1) - 1)
 				if n >= limit {
 					break
@@ -268,49 +289,6 @@ func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64)
 	wg.Wait()
 }
 
-// runOpen: purchases arrive at a fixed rate whatever the servers' speed, so slow answers show in
-// the latency instead of lowering the load. Purchase i goes to instance i mod N (routed by item:
-// to its item's instance). At most
-// Concurrency purchases are in flight; an arrival beyond that is counted as missed.
-func (w *workload) runOpen(ctx, runCtx context.Context, limit int, seed int64) {
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	interval := time.Duration(float64(time.Second) / w.cfg.Rate)
-	sem := make(chan struct{}, w.cfg.Concurrency)
-	var wg sync.WaitGroup
-	start := time.Now()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for n := 0; n < limit; n++ {
-		if d := time.Until(start.Add(time.Duration(n) * interval)); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-runCtx.Done():
-			case <-timer.C:
-			}
-		}
-		if runCtx.Err() != nil {
-			break
-		}
-		s := w.next(rng, n, n%len(w.apis))
-		select {
-		case sem <- struct{}{}:
-		default:
-			w.missed.Add(1)
-			continue
-		}
-		wg.Add(1)
-		go func() { // owner: runOpen, which waits for it
-			defer wg.Done()
-			p := w.execute(ctx, s)
-			<-sem
-			w.resMu.Lock()
-			w.results = append(w.results, p)
-			w.resMu.Unlock()
-		}()
-	}
-	wg.Wait()
-}
-
 // reconcile replays, with the same key, every purchase whose outcome is unknown (no 2xx, and a
 // request lost to a client timeout): a 200 shows the original did create an order, a 201 that it
 // did not and the replay did, an error that nothing was sold. Bounded: 3 tries per purchase.
@@ -322,7 +300,7 @@ func (w *workload) reconcile(ctx context.Context) (replayed, unresolved int) {
 		replayed++
 		req := purchaseReq{ItemID: p.ItemID, Quantity: p.Quantity, Key: p.Key, Strategy: w.strategy}
 		for try := 0; try < 3 && ctx.Err() == nil && !p.settled(); try++ {
-			p.Replays = append(p.Replays, w.apis[(p.Instance+try)%len(w.apis)].purchase(ctx, req))
+			p.Replays = append(p.Replays, w.buy(ctx, w.apis[(p.Instance+try)%len(w.apis)], req))
 		}
 		if !p.settled() {
 			unresolved++

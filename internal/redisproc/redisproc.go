@@ -90,6 +90,9 @@ type ChildOptions struct {
 	Dir string
 	// DBFilename is the RDB file's name in Dir; default "dump.rdb".
 	DBFilename string
+	// Env holds environment variables (KEY=value) the server gets on top of this process's
+	// own, e.g. an LD_PRELOAD that changes its clock.
+	Env []string
 }
 
 // StartChildOpts is StartChild with options. Automatic snapshots stay off (no save points, no
@@ -151,6 +154,9 @@ func startChild(path string, port int, o ChildOptions) (*Server, error) {
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = out, out
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		removeTmp()
