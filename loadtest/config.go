@@ -42,6 +42,11 @@ type Config struct {
 	Perf        bool          // the same-run performance command instead of the comparison (perf.go)
 	Rounds      int           // -perf: measured rounds of every target
 	Routes      []string      // how purchases reach the instances (RouteRoundRobin, RouteItem): each strategy runs once per route
+
+	// -chaos redis-hang and db-hang (hang.go)
+	HangFor      time.Duration // how long the process stays stopped
+	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
+	MaxPurchases int           // db-hang: --max-purchases of the instances
 }
 
 // Routes of the purchases to the instances (-route).
@@ -104,6 +109,9 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.Rounds, "rounds", 3, "-perf: measured rounds of every target (after a warm-up round)")
 	fs.StringVar(&routes, "route", RouteRoundRobin, `how purchases reach the instances: "round-robin" whatever the item, or "item": all of an item's`+"\n"+
 		`on one instance, picked by nginx's consistent hash of the item id (deploy/nginx.conf); "item,round-robin" runs each strategy both ways`)
+	fs.DurationVar(&c.HangFor, "hang-for", 8*time.Second, "-chaos redis-hang, db-hang: how long the process stays stopped (SIGSTOP, then SIGCONT)")
+	fs.StringVar(&c.OnRedisDown, "on-redis-down", "guard", `-chaos redis-hang: --on-redis-down of the instances, "guard" or "fail"`)
+	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -216,6 +224,14 @@ func (c *Config) validate() error {
 		return usageErr("-perf: -duration (per phase) must be 100ms..10m, got %s", c.Duration)
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
+	case c.mode().judge != nil && (c.HangFor < 500*time.Millisecond || c.HangFor > 5*time.Minute):
+		return usageErr("-hang-for must be 500ms..5m, got %s", c.HangFor)
+	case c.Chaos == chaosRedisHang && c.OnRedisDown != "guard" && c.OnRedisDown != "fail":
+		return usageErr(`-on-redis-down must be "guard" or "fail", got %q`, c.OnRedisDown)
+	case c.Chaos == chaosDBHang && c.DB != DBPostgres:
+		return usageErr("-chaos db-hang needs -db postgres (it stops the private PostgreSQL server the load test starts; SQLite runs inside the storefronts and cannot hang alone)")
+	case c.Chaos == chaosDBHang && (c.MaxPurchases < 1 || c.MaxPurchases > 100000):
+		return usageErr("-max-purchases must be 1..100000, got %d", c.MaxPurchases)
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
 	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):

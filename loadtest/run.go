@@ -28,6 +28,9 @@ func Run(ctx context.Context, cfg Config, logw io.Writer) (*Report, error) {
 	if mode.name != chaosNone {
 		ccfg.Lease = cfg.Lease
 	}
+	if mode.args != nil {
+		ccfg.Args = mode.args(cfg)
+	}
 	cl, err := StartCluster(ctx, ccfg)
 	if err != nil {
 		return nil, err
@@ -113,7 +116,7 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			return nil, err
 		}
 		if mode.inject != nil {
-			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease}
+			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown}
 			if cl.Redis != nil {
 				ch.rdb = cl.Redis.Client()
 				defer ch.rdb.Close()
@@ -272,6 +275,12 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *
 	res.Verdict = f.Verdict()
 	res.ExpectedSafe = mode.expectSafe(res.Class)
 	res.Failed = res.ExpectedSafe && res.Verdict != verdict.Safe
+	if mode.judge != nil && ch != nil {
+		if missed := mode.judge(cfg, res, start, w.results, info.TakesLock); len(missed) > 0 {
+			res.Violations = append(res.Violations, missed...)
+			res.Failed = true
+		}
+	}
 	return res, nil
 }
 
