@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,8 +59,14 @@ type HangFigures struct {
 	MostAdmitted int `json:"most_admitted,omitempty"`
 	Oversold     int `json:"oversold_units"`
 
+	// AdmittedBy says where MostAdmitted was measured: "server" (the instances' access logs,
+	// exact to the millisecond) or "client" (an upper bound: the instances' logs unread).
+	AdmittedBy string `json:"admitted_by,omitempty"`
+
 	Misses []string `json:"misses,omitempty"` // the targets missed (empty: all met)
 	Judged bool     `json:"judged"`           // the targets apply to this strategy
+
+	logs []string // db-hang: the instances' log files, read after the run
 }
 
 // Window is what the purchases sent in a time window got.
@@ -216,6 +223,56 @@ func mostAdmitted(as []hangAttempt, from, to time.Time) int {
 	return most
 }
 
+// serverAdmitted returns the most purchases one instance served at once at an instant of
+// [from, to) and did not answer at_capacity, read from the instances' access logs (one file per
+// instance: an answered request's line carries its time and duration). A request still
+// unanswered when the log is read is not there: read it after the run.
+func serverAdmitted(logs []string, from, to time.Time) (int, error) {
+	most := 0
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, err
+		}
+		var as []hangAttempt
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, " msg=request ") || !strings.Contains(line, "/purchase ") {
+				continue
+			}
+			end, err := time.Parse(time.RFC3339Nano, logField(line, "time"))
+			if err != nil {
+				continue
+			}
+			d, err := time.ParseDuration(logField(line, "duration"))
+			if err != nil {
+				continue
+			}
+			// The line's time is to the millisecond: each request is narrowed to the whole
+			// milliseconds it surely covered, so that two that did not overlap never seem to.
+			as = append(as, hangAttempt{r: purchaseResult{Start: end.Add(-d).Truncate(time.Millisecond).Add(time.Millisecond),
+				Latency: max(0, d.Truncate(time.Millisecond)-time.Millisecond), Code: logField(line, "code")}})
+		}
+		most = max(most, mostAdmitted(as, from, to))
+	}
+	return most, nil
+}
+
+// logField returns the value of key in a slog text line ("" when absent; unquoted values).
+func logField(line, key string) string {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		if !strings.HasPrefix(line, key+"=") {
+			return ""
+		}
+		i = -1
+	}
+	v := line[i+len(key)+2:]
+	if j := strings.IndexByte(v, ' '); j >= 0 {
+		v = v[:j]
+	}
+	return v
+}
+
 // hangFigures computes the figures of a strategy's run under a hang fault from its attempts
 // (ev carries the stop and the SIGCONT) and judges them (judgeRedisHang, judgeDBHang).
 func hangFigures(ev *ChaosEvent, cfg Config, takesLock bool, start time.Time, purchases []*purchase, instances, oversold int, byItem bool) *HangFigures {
@@ -239,7 +296,13 @@ func hangFigures(ev *ChaosEvent, cfg Config, takesLock bool, start time.Time, pu
 		h.MaxPurchases = cfg.MaxPurchases
 		// From hangSettle after the stop: a purchase answered just before it may still be on
 		// its way back to the client, its place already free.
-		h.MostAdmitted = mostAdmitted(as, start.Add(stopped+hangSettle), start.Add(cont))
+		from, to := start.Add(stopped+hangSettle), start.Add(cont)
+		h.MostAdmitted, h.AdmittedBy = mostAdmitted(as, from, to), "client"
+		if len(h.logs) > 0 {
+			if n, err := serverAdmitted(h.logs, from, to); err == nil {
+				h.MostAdmitted, h.AdmittedBy = n, "server"
+			}
+		}
 		h.Misses = judgeDBHang(h)
 	}
 	return h
@@ -339,8 +402,8 @@ func (h *HangFigures) String() string {
 	case hangPostgres:
 		fmt.Fprintf(&b, "postgres (postmaster and every backend) stopped (SIGSTOP) at %.2fs, continued at %.2fs", h.StoppedAt, h.ContinuedAt)
 		fmt.Fprintf(&b, "\n    hung    %s", h.Hung.line())
-		fmt.Fprintf(&b, "\n    %d answered 503 at_capacity (p99 %.1fms); most admitted at one instance %d (--max-purchases %d)",
-			h.Hung.AtCapacity, h.Hung.ShedP99MS, h.MostAdmitted, h.MaxPurchases)
+		fmt.Fprintf(&b, "\n    %d answered 503 at_capacity (p99 %.1fms); most purchases in flight at one instance %d (--max-purchases %d, seen by the %s)",
+			h.Hung.AtCapacity, h.Hung.ShedP99MS, h.MostAdmitted, h.MaxPurchases, h.AdmittedBy)
 	}
 	fmt.Fprintf(&b, "; selling resumed %s after the SIGCONT; oversold %d", fmtSince(h.ResumedS), h.Oversold)
 	b.WriteString("\n    " + h.verdictLine())
@@ -398,7 +461,13 @@ func (c *chaos) hangPostgresServer(ctx context.Context, stop <-chan struct{}, st
 		return ev
 	}
 	pid := c.cluster.Postgres.PID()
-	return c.hang(ctx, stop, start, ev, hangPostgres, func(sig syscall.Signal) error { return signalTree(pid, sig) })
+	ev = c.hang(ctx, stop, start, ev, hangPostgres, func(sig syscall.Signal) error { return signalTree(pid, sig) })
+	if ev.Hang != nil {
+		for _, in := range c.cluster.Instances {
+			ev.Hang.logs = append(ev.Hang.logs, filepath.Join(c.cluster.Dir, fmt.Sprintf("instance-%d.log", in.Index)))
+		}
+	}
+	return ev
 }
 
 // hang waits for the end of the healthy window, stops the process with signal(SIGSTOP) for

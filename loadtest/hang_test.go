@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,6 +184,41 @@ func TestHangDBVerdict(t *testing.T) {
 	}, h.Misses)
 }
 
+// The purchases an instance served at once, read from its access log: at_capacity answers and
+// other paths are left out, a request counts from its start (its line's time less its
+// duration) to its answer.
+func TestHangServerAdmitted(t *testing.T) {
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	line := func(end time.Duration, d, path, code string) string {
+		s := fmt.Sprintf("time=%s level=INFO msg=request request_id=ab method=POST path=%s status=201 duration=%s bytes=10 remote=127.0.0.1",
+			base.Add(end).Format("2006-01-02T15:04:05.000Z07:00"), path, d)
+		if code != "" {
+			s += " code=" + code
+		}
+		return s
+	}
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
+	require.NoError(t, os.WriteFile(a, []byte(strings.Join([]string{
+		"time=2026-01-02T03:04:05.000Z level=INFO msg=listening addr=127.0.0.1:1",
+		line(5*time.Second, "4.5s", "/api/items/1/purchase", ""), // [0.5s, 5s)
+		line(5*time.Second, "4.2s", "/api/items/2/purchase", ""), // [0.8s, 5s)
+		line(3*time.Second, "2.5s", "/api/items/2/purchase", ""), // [0.5s, 3s)
+		line(2*time.Second, "1.5ms", "/api/items/1/purchase", "at_capacity"),
+		line(2*time.Second, "1.9s", "/api/items", ""),                     // not a purchase
+		line(1100*time.Millisecond, "600ms", "/api/items/1/purchase", ""), // [0.5s, 1.1s): before the window
+	}, "\n")), 0o600))
+	require.NoError(t, os.WriteFile(b, []byte(line(4*time.Second, "2s", "/api/items/1/purchase", "")+"\n"), 0o600))
+	n, err := serverAdmitted([]string{a, b}, base.Add(2*time.Second), base.Add(4*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, 3, n, "three purchases of instance a in flight from 2s to 3s")
+	n, err = serverAdmitted([]string{a, b}, base.Add(3500*time.Millisecond), base.Add(4*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	_, err = serverAdmitted([]string{filepath.Join(dir, "missing.log")}, base, base.Add(time.Second))
+	assert.Error(t, err)
+}
+
 // The hang modes' flags: the defaults fit the run to the hang, db-hang needs -db postgres.
 func TestHangModesConfig(t *testing.T) {
 	c, err := parseConfig([]string{"-chaos", "redis-hang"}, io.Discard)
@@ -251,6 +290,7 @@ func TestHangDBRun(t *testing.T) {
 	require.NotNil(t, h, "the hang was brought: %s", lg.Chaos.Note)
 	assert.Positive(t, h.Hung.AtCapacity)
 	assert.Positive(t, h.MostAdmitted)
+	assert.Equal(t, "server", h.AdmittedBy, "read from the instances' access logs")
 	assert.LessOrEqual(t, h.MostAdmitted, 16, "the bound on purchases in flight")
 	assert.GreaterOrEqual(t, h.ResumedS, 0.0)
 	assert.Zero(t, h.Oversold)
