@@ -224,8 +224,8 @@ func (c *Config) validate() error {
 		return usageErr("-perf: -duration (per phase) must be 100ms..10m, got %s", c.Duration)
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
-	case c.mode().judge != nil && (c.HangFor < 500*time.Millisecond || c.HangFor > 5*time.Minute):
-		return usageErr("-hang-for must be 500ms..5m, got %s", c.HangFor)
+	case c.mode().judge != nil && (c.HangFor < 2*time.Second || c.HangFor > 5*time.Minute):
+		return usageErr("-hang-for must be 2s..5m (the hung window starts 1.5s after the stop), got %s", c.HangFor)
 	case c.Chaos == chaosRedisHang && c.OnRedisDown != "guard" && c.OnRedisDown != "fail":
 		return usageErr(`-on-redis-down must be "guard" or "fail", got %q`, c.OnRedisDown)
 	case c.Chaos == chaosDBHang && c.DB != DBPostgres:

@@ -20,12 +20,15 @@ import (
 // looks like to the storefronts, not a refused connection.
 
 // The hang timeline of one strategy's run, from its start: the healthy window is
-// [hangWarmUp, hangWarmUp+hangHealthy), the process is stopped at its end, and the hung window
+// [hangWarmUp, hangWarmUp+hangHealthy), the process is stopped hangGap after its end, and the hung window
 // starts hangSettle after the stop (the breaker has had time to open) and ends at the SIGCONT.
 const (
 	hangWarmUp  = 500 * time.Millisecond
 	hangHealthy = 2 * time.Second
 	hangSettle  = 1500 * time.Millisecond
+	// hangGap separates the healthy window from the stop: a purchase of the healthy window
+	// must be answered before the stop to count, and few take longer than that.
+	hangGap = 500 * time.Millisecond
 	// hangAfter is how long the run goes on after the SIGCONT (locked sales must be back within
 	// hangBackWithin).
 	hangAfter      = 6 * time.Second
@@ -44,8 +47,12 @@ type HangFigures struct {
 	StoppedAt   float64 `json:"stopped_at_s"`            // SIGSTOP, since the run began
 	ContinuedAt float64 `json:"continued_at_s"`          // SIGCONT, since the run began
 
-	Healthy Window `json:"healthy"` // purchases sent in the healthy window (redis-hang)
+	Healthy Window `json:"healthy"` // purchases sent in the healthy window and answered before the stop (redis-hang)
 	Hung    Window `json:"hung"`    // redis-hang: sent from hangSettle after the stop to the SIGCONT; db-hang: from the stop
+	// Caught are the purchases in flight at the stop (sent before it, answered after), and
+	// CaughtMaxMS the slowest of them: what the hang did to the purchases it caught.
+	Caught      int     `json:"caught"`
+	CaughtMaxMS float64 `json:"caught_max_ms"`
 	// LockedBackS is the time from the SIGCONT to the first sale under the lock (a 201 without
 	// degraded, sent after the SIGCONT); -1: none. redis-hang, strategies that take a lock.
 	LockedBackS float64 `json:"locked_back_s"`
@@ -109,13 +116,27 @@ func hangAttempts(purchases []*purchase, instances int, byItem bool) []hangAttem
 	return out
 }
 
-// window returns the figures of the attempts sent in [from, to).
-func window(as []hangAttempt, start time.Time, from, to time.Duration) Window {
+// caught returns how many attempts were in flight at the stop (sent before, answered after
+// it), and the slowest of them in milliseconds.
+func caught(as []hangAttempt, stop time.Time) (int, float64) {
+	n, slowest := 0, time.Duration(0)
+	for _, a := range as {
+		if a.r.Start.Before(stop) && a.r.Start.Add(a.r.Latency).After(stop) {
+			n++
+			slowest = max(slowest, a.r.Latency)
+		}
+	}
+	return n, ms(slowest)
+}
+
+// window returns the figures of the attempts sent in [from, to) (all since the run began),
+// and answered before answeredBy when it is not 0.
+func window(as []hangAttempt, start time.Time, from, to, answeredBy time.Duration) Window {
 	w := Window{FromS: from.Seconds(), ToS: to.Seconds(), Codes: map[string]int{}}
 	var lat, shed []time.Duration
 	for _, a := range as {
 		at := a.r.Start.Sub(start)
-		if at < from || at >= to {
+		if at < from || at >= to || (answeredBy > 0 && at+a.r.Latency >= answeredBy) {
 			continue
 		}
 		r := a.r
@@ -284,15 +305,19 @@ func hangFigures(ev *ChaosEvent, cfg Config, takesLock bool, start time.Time, pu
 	h.ResumedS = firstAfter(as, start.Add(cont), func(r purchaseResult) bool { return r.Status == 201 })
 	switch h.Target {
 	case hangRedis:
-		h.Healthy = window(as, start, hangWarmUp, hangWarmUp+hangHealthy)
-		h.Hung = window(as, start, stopped+hangSettle, cont)
+		// Healthy: answered before the stop too (a purchase in flight at the stop waits on
+		// the hung Redis: it is counted among the caught ones, not the healthy ones).
+		h.Healthy = window(as, start, hangWarmUp, hangWarmUp+hangHealthy, stopped)
+		h.Caught, h.CaughtMaxMS = caught(as, start.Add(stopped))
+		h.Hung = window(as, start, stopped+hangSettle, cont, 0)
 		h.LockedBackS = -1
 		if takesLock {
 			h.LockedBackS = firstAfter(as, start.Add(cont), func(r purchaseResult) bool { return r.Status == 201 && !r.Receipt.Degraded })
 		}
 		h.Misses = judgeRedisHang(h)
 	case hangPostgres:
-		h.Hung = window(as, start, stopped, cont)
+		h.Hung = window(as, start, stopped, cont, 0)
+		h.Caught, h.CaughtMaxMS = caught(as, start.Add(stopped))
 		h.MaxPurchases = cfg.MaxPurchases
 		// From hangSettle after the stop: a purchase answered just before it may still be on
 		// its way back to the client, its place already free.
@@ -396,6 +421,7 @@ func (h *HangFigures) String() string {
 		if h.Healthy.ReqPerSec > 0 {
 			fmt.Fprintf(&b, "\n    hung / healthy: req/s %.2fx, p99 %.2fx", h.Hung.ReqPerSec/h.Healthy.ReqPerSec, h.Hung.P99MS/max(h.Healthy.P99MS, 1e-3))
 		}
+		fmt.Fprintf(&b, "\n    %d purchase(s) in flight at the stop, answered at most %.0fms after being sent", h.Caught, h.CaughtMaxMS)
 		if h.TakesLock {
 			fmt.Fprintf(&b, "; locked sales back %s after the SIGCONT", fmtSince(h.LockedBackS))
 		}
@@ -473,7 +499,7 @@ func (c *chaos) hangPostgresServer(ctx context.Context, stop <-chan struct{}, st
 // hang waits for the end of the healthy window, stops the process with signal(SIGSTOP) for
 // c.hangFor (less when ctx ends), then continues it. It never leaves the process stopped.
 func (c *chaos) hang(ctx context.Context, stop <-chan struct{}, start time.Time, ev *ChaosEvent, target string, signal func(syscall.Signal) error) *ChaosEvent {
-	if !c.wait(ctx, stop, time.Until(start.Add(hangWarmUp+hangHealthy))) {
+	if !c.wait(ctx, stop, time.Until(start.Add(hangWarmUp+hangHealthy+hangGap))) {
 		ev.Note = "the run ended before the hang"
 		return ev
 	}

@@ -28,9 +28,9 @@ func hangSample(start time.Time, answer func(at time.Duration, instance int) pur
 	return out
 }
 
-// redisHangEvent is a hang of Redis from 2.5s to 6.5s.
+// redisHangEvent is a hang of Redis from 3s to 6.5s (answers slow down from 2.5s).
 func redisHangEvent(policy string) *ChaosEvent {
-	return &ChaosEvent{Mode: chaosRedisHang, Hang: &HangFigures{Target: hangRedis, Policy: policy, StoppedAt: 2.5, ContinuedAt: 6.5}}
+	return &ChaosEvent{Mode: chaosRedisHang, Hang: &HangFigures{Target: hangRedis, Policy: policy, StoppedAt: 3, ContinuedAt: 6.5}}
 }
 
 // A well-behaved run under guard: 20ms answers healthy, 60ms degraded sales while Redis hangs,
@@ -57,7 +57,9 @@ func TestHangRedisVerdict(t *testing.T) {
 	assert.Equal(t, 600, h.Healthy.Sent, "[0.5s, 2.5s): 200 per instance")
 	assert.InDelta(t, 300, h.Healthy.ReqPerSec, 0.01)
 	assert.InDelta(t, 20, h.Healthy.P99MS, 0.01)
-	assert.Equal(t, 750, h.Hung.Sent, "[4s, 6.5s): 250 per instance")
+	assert.Equal(t, 600, h.Hung.Sent, "[4.5s, 6.5s): 200 per instance")
+	assert.Equal(t, 15, h.Caught, "sent from 2.95s to 2.99s, answered 60ms later")
+	assert.InDelta(t, 60, h.CaughtMaxMS, 0.01)
 	assert.InDelta(t, 60, h.Hung.P99MS, 0.01)
 	assert.Equal(t, h.Hung.Sold, h.Hung.Degraded)
 	assert.InDelta(t, 0.12, h.LockedBackS, 0.001, "the first 201 without degraded: sent at 6.6s, answered 20ms later")
@@ -76,7 +78,7 @@ func TestHangRedisVerdict(t *testing.T) {
 
 	broken := figures("guard", true, 2, func(at time.Duration, in int) purchaseResult {
 		switch {
-		case at >= 4*time.Second && at < 4100*time.Millisecond && in == 1:
+		case at >= 4500*time.Millisecond && at < 4600*time.Millisecond && in == 1:
 			return purchaseResult{Status: 503, Code: "unavailable", Latency: time.Millisecond}
 		case at >= 5*time.Second && at < 5010*time.Millisecond:
 			return purchaseResult{Status: 201, Latency: time.Millisecond} // not degraded
@@ -89,7 +91,7 @@ func TestHangRedisVerdict(t *testing.T) {
 	assert.Equal(t, -1.0, broken.LockedBackS)
 	assert.ElementsMatch(t, []string{
 		"10 5xx answer(s) in the hung window (map[unavailable:10])",
-		"3 of 740 sales of the hung window not degraded",
+		"3 of 590 sales of the hung window not degraded",
 		"locked sales back never after the SIGCONT (want within 5s)",
 		"2 unit(s) oversold",
 	}, broken.Misses)
@@ -130,7 +132,7 @@ func TestHangRedisVerdict(t *testing.T) {
 		return r
 	})
 	assert.ElementsMatch(t, []string{
-		"3 answer(s) of the hung window were not 503 (map[unavailable:747])",
+		"3 answer(s) of the hung window were not 503 (map[unavailable:597])",
 		"slowest 503 of the hung window 1200ms > 1s",
 	}, fail.Misses)
 }
@@ -225,7 +227,8 @@ func TestHangModesConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 8*time.Second, c.HangFor)
 	assert.Equal(t, "guard", c.OnRedisDown)
-	assert.Equal(t, hangWarmUp+hangHealthy+8*time.Second+hangAfter, c.Duration)
+	assert.Equal(t, hangWarmUp+hangHealthy+hangGap+8*time.Second+hangAfter, c.Duration)
+	assert.Equal(t, 30*time.Second, c.Lease, "the storefront's default lease")
 	assert.Zero(t, c.Requests)
 	assert.Equal(t, []string{"--on-redis-down", "guard"}, c.mode().args(c))
 
@@ -252,7 +255,7 @@ func TestHangRedisRun(t *testing.T) {
 	cfg := smallRun("lock+guard")
 	cfg.Chaos, cfg.HangFor, cfg.OnRedisDown, cfg.Lease = chaosRedisHang, 2*time.Second, "guard", time.Second
 	cfg.Items, cfg.Stock, cfg.Hot, cfg.Concurrency = 2, 1_000_000, 0.8, 8
-	cfg.Requests, cfg.Duration = 0, hangWarmUp+hangHealthy+cfg.HangFor+hangAfter
+	cfg.Requests, cfg.Duration = 0, hangWarmUp+hangHealthy+hangGap+cfg.HangFor+hangAfter
 	require.NoError(t, cfg.validate())
 	rep, err := Run(context.Background(), cfg, tlog{t})
 	require.NoError(t, err)
@@ -280,7 +283,7 @@ func TestHangDBRun(t *testing.T) {
 	cfg := smallRun("lock+guard")
 	cfg.Chaos, cfg.HangFor, cfg.DB, cfg.MaxPurchases, cfg.Lease = chaosDBHang, 2*time.Second, DBPostgres, 16, time.Second
 	cfg.Items, cfg.Stock, cfg.Hot, cfg.Concurrency = 2, 1_000_000, 0.8, 2*16*3
-	cfg.Requests, cfg.Duration = 0, hangWarmUp+hangHealthy+cfg.HangFor+hangAfter
+	cfg.Requests, cfg.Duration = 0, hangWarmUp+hangHealthy+hangGap+cfg.HangFor+hangAfter
 	require.NoError(t, cfg.validate())
 	rep, err := Run(context.Background(), cfg, tlog{t})
 	require.NoError(t, err)

@@ -172,7 +172,7 @@ var chaosModes = []chaosMode{
 	},
 	{
 		name:     chaosRedisHang,
-		help:     "SIGSTOPs the redis-server for -hang-for after 2.5s, then SIGCONT; the instances run with --on-redis-down from -on-redis-down; reports healthy vs hung req/s and p99, 5xx, degraded sales, locked sales back, and a verdict",
+		help:     "SIGSTOPs the redis-server for -hang-for after 3s, then SIGCONT; the instances run with --on-redis-down from -on-redis-down; reports healthy vs hung req/s and p99, 5xx, degraded sales, locked sales back, and a verdict",
 		safe:     []strategyClass{classSafe},
 		inject:   (*chaos).hangRedisServer,
 		judge:    judgeHang,
@@ -183,7 +183,7 @@ var chaosModes = []chaosMode{
 	},
 	{
 		name:     chaosDBHang,
-		help:     "with -db postgres: SIGSTOPs the postmaster and every backend for -hang-for after 2.5s, then SIGCONT; the instances run with --max-purchases from -max-purchases; reports the at_capacity answers, the in-flight bound, and when selling resumed",
+		help:     "with -db postgres: SIGSTOPs the postmaster and every backend for -hang-for after 3s, then SIGCONT; the instances run with --max-purchases from -max-purchases; reports the at_capacity answers, the in-flight bound, and when selling resumed",
 		safe:     []strategyClass{classSafe},
 		inject:   (*chaos).hangPostgresServer,
 		judge:    judgeHang,
@@ -195,12 +195,17 @@ var chaosModes = []chaosMode{
 }
 
 // hangDefaults fits the run to a hang: the healthy window, the hang and the recovery; stock
-// that does not sell out; under db-hang more clients than the instances admit, and a client
+// that does not sell out; the storefront's default lease; under db-hang more clients than the instances admit, and a client
 // timeout that outlives the hang.
 func hangDefaults(c *Config, set map[string]bool) {
-	faultDuration(c, set, hangWarmUp+hangHealthy+c.HangFor+hangAfter)
+	faultDuration(c, set, hangWarmUp+hangHealthy+hangGap+c.HangFor+hangAfter)
 	if !set["stock"] {
 		c.Stock = 1_000_000
+	}
+	if !set["lease"] {
+		// The storefront's own default (the demo's 1s lease is renewed every third of a
+		// second, and a renewal late on a loaded machine opens the breaker on a healthy Redis).
+		c.Lease = 30 * time.Second
 	}
 	if c.Chaos == chaosDBHang && !set["concurrency"] {
 		c.Concurrency = 2 * c.MaxPurchases * max(c.Instances, 1)
