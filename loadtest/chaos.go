@@ -39,6 +39,8 @@ type ChaosEvent struct {
 	HolderWrote  string  `json:"holder_wrote,omitempty"`       // what the faulted holder's token wrote: "nothing", or when
 	StaleRefused bool    `json:"stale_refused,omitempty"`      // failover: the stale holder's token has no order (the fence refused it, or it saw the loss)
 	Baseline     float64 `json:"baseline_req_per_s,omitempty"` // latency: req/s of the same strategy without the latency
+
+	Hang *HangFigures `json:"hang,omitempty"` // -chaos redis-hang and db-hang (hang.go)
 }
 
 // Milestone is one step of a fault, in seconds since the strategy's run began.
@@ -49,6 +51,9 @@ type Milestone struct {
 
 // String describes the event in one line.
 func (e *ChaosEvent) String() string {
+	if e.Hang != nil {
+		return e.Hang.String()
+	}
 	if m, _ := modeOf(e.Mode); m.name != chaosPause {
 		return e.faultString(m)
 	}
@@ -79,6 +84,9 @@ type chaos struct {
 	apis    []*api
 	rdb     *redis.Client // the Redis of the locks (pause, partition); nil for failover
 	lease   time.Duration
+	// -chaos redis-hang, db-hang: how long the process stays stopped; the instances' --on-redis-down
+	hangFor     time.Duration
+	onRedisDown string
 }
 
 // chaosRun is the strategy's run a fault is brought to.

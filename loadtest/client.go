@@ -158,7 +158,8 @@ type receipt struct {
 	Remaining  int    `json:"remaining"`
 	FenceToken int64  `json:"fence_token"`
 	Strategy   string `json:"strategy"`
-	Retries    int    `json:"retries"` // version conflicts or aborted transactions (optimistic, watch)
+	Retries    int    `json:"retries"`  // version conflicts or aborted transactions (optimistic, watch)
+	Degraded   bool   `json:"degraded"` // sold by the guard alone while Redis was down (--on-redis-down guard)
 }
 
 func (a *api) ready(ctx context.Context) error {

@@ -48,6 +48,11 @@ type Config struct {
 	// The open model and the thresholds (openmodel.go, threshold.go).
 	Spike      bool        // open model: the rate ramps from 0 to Rate in one second, then holds
 	Thresholds []threshold // -threshold: each strategy's run must meet them (else exit 3)
+
+	// -chaos redis-hang and db-hang (hang.go)
+	HangFor      time.Duration // how long the process stays stopped
+	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
+	MaxPurchases int           // db-hang: --max-purchases of the instances
 }
 
 // Routes of the purchases to the instances (-route).
@@ -114,6 +119,9 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", defaultCheckTimeout, "bound of the linearizability check of each strategy's history (0: not checked)")
 	fs.BoolVar(&c.Spike, "spike", false, "open model: a flash sale, arrivals ramp from 0 to -rate in one second, then hold")
 	fs.Var((*thresholdList)(&c.Thresholds), "threshold", "a bound each strategy's run must meet, else exit 3: p50|p90|p99|max|mean<200ms, errors<1%, rps>500 (repeatable, or comma-separated)")
+	fs.DurationVar(&c.HangFor, "hang-for", 8*time.Second, "-chaos redis-hang, db-hang: how long the process stays stopped (SIGSTOP, then SIGCONT)")
+	fs.StringVar(&c.OnRedisDown, "on-redis-down", "guard", `-chaos redis-hang: --on-redis-down of the instances, "guard" or "fail"`)
+	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -232,6 +240,14 @@ func (c *Config) validate() error {
 		return usageErr("-perf: -duration (per phase) must be 100ms..10m, got %s", c.Duration)
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
+	case c.mode().judge != nil && (c.HangFor < 2*time.Second || c.HangFor > 5*time.Minute):
+		return usageErr("-hang-for must be 2s..5m (the hung window starts 1.5s after the stop), got %s", c.HangFor)
+	case c.Chaos == chaosRedisHang && c.OnRedisDown != "guard" && c.OnRedisDown != "fail":
+		return usageErr(`-on-redis-down must be "guard" or "fail", got %q`, c.OnRedisDown)
+	case c.Chaos == chaosDBHang && c.DB != DBPostgres:
+		return usageErr("-chaos db-hang needs -db postgres (it stops the private PostgreSQL server the load test starts; SQLite runs inside the storefronts and cannot hang alone)")
+	case c.Chaos == chaosDBHang && (c.MaxPurchases < 1 || c.MaxPurchases > 100000):
+		return usageErr("-max-purchases must be 1..100000, got %d", c.MaxPurchases)
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
 	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +58,8 @@ const (
 	chaosLatency   = "latency"
 	chaosClock     = "clock"
 	chaosMix       = "mix"
+	chaosRedisHang = "redis-hang"
+	chaosDBHang    = "db-hang"
 )
 
 // chaosMode is one fault the load test can bring to every strategy's run: what it does, what it
@@ -90,6 +93,12 @@ type chaosMode struct {
 	watchesLoss bool
 	// defaults adjusts the flags not given on the command line (set) to the fault.
 	defaults func(c *Config, set map[string]bool)
+	// args are more flags for every instance under the fault (nil: none).
+	args func(c Config) []string
+	// judge, when set, computes the fault's figures of a strategy's run from its purchases
+	// (takesLock: the strategy takes a Redis lock) and returns the targets it missed, which
+	// fail the run.
+	judge func(cfg Config, res *StrategyResult, start time.Time, purchases []*purchase, takesLock bool) []string
 }
 
 // noChaos is the setting without a fault.
@@ -192,6 +201,49 @@ var chaosModes = []chaosMode{
 			faultDuration(c, set, 20*time.Second)
 		},
 	},
+	{
+		name:     chaosRedisHang,
+		help:     "SIGSTOPs the redis-server for -hang-for after 3s, then SIGCONT; the instances run with --on-redis-down from -on-redis-down; reports healthy vs hung req/s and p99, 5xx, degraded sales, locked sales back, and a verdict",
+		safe:     []strategyClass{classSafe},
+		inject:   (*chaos).hangRedisServer,
+		judge:    judgeHang,
+		defaults: hangDefaults,
+		args: func(c Config) []string {
+			return []string{"--on-redis-down", c.OnRedisDown}
+		},
+	},
+	{
+		name:     chaosDBHang,
+		help:     "with -db postgres: SIGSTOPs the postmaster and every backend for -hang-for after 3s, then SIGCONT; the instances run with --max-purchases from -max-purchases; reports the at_capacity answers, the in-flight bound, and when selling resumed",
+		safe:     []strategyClass{classSafe},
+		inject:   (*chaos).hangPostgresServer,
+		judge:    judgeHang,
+		defaults: hangDefaults,
+		args: func(c Config) []string {
+			return []string{"--max-purchases", strconv.Itoa(c.MaxPurchases)}
+		},
+	},
+}
+
+// hangDefaults fits the run to a hang: the healthy window, the hang and the recovery; stock
+// that does not sell out; the storefront's default lease; under db-hang more clients than the instances admit, and a client
+// timeout that outlives the hang.
+func hangDefaults(c *Config, set map[string]bool) {
+	faultDuration(c, set, hangWarmUp+hangHealthy+hangGap+c.HangFor+hangAfter)
+	if !set["stock"] {
+		c.Stock = 1_000_000
+	}
+	if !set["lease"] {
+		// The storefront's own default (the demo's 1s lease is renewed every third of a
+		// second, and a renewal late on a loaded machine opens the breaker on a healthy Redis).
+		c.Lease = 30 * time.Second
+	}
+	if c.Chaos == chaosDBHang && !set["concurrency"] {
+		c.Concurrency = 2 * c.MaxPurchases * max(c.Instances, 1)
+	}
+	if !set["timeout"] {
+		c.Timeout = max(c.Timeout, c.HangFor+5*time.Second)
+	}
 }
 
 // faultDuration makes the run last d when neither -duration nor -requests bounds it.

@@ -293,7 +293,7 @@ func TestChaosHelp(t *testing.T) {
 		assert.True(t, (m.inject == nil) != (m.second == nil), "%s: a fault during the run or a second run under it", m.name)
 	}
 	_, err := parseConfig([]string{"-chaos", "kill"}, io.Discard)
-	assert.EqualError(t, err, `-chaos must be one of pause, failover, partition, latency, clock, mix or none, got "kill"`)
+	assert.EqualError(t, err, `-chaos must be one of pause, failover, partition, latency, clock, mix, redis-hang, db-hang or none, got "kill"`)
 	c, err := parseConfig([]string{"-chaos", "none"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, chaosNone, c.Chaos)

@@ -29,6 +29,9 @@ func Run(ctx context.Context, cfg Config, logw io.Writer) (*Report, error) {
 	if mode.name != chaosNone {
 		ccfg.Lease = cfg.Lease
 	}
+	if mode.args != nil {
+		ccfg.Args = mode.args(cfg)
+	}
 	cl, err := StartCluster(ctx, ccfg)
 	if err != nil {
 		return nil, err
@@ -118,7 +121,7 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			return nil, err
 		}
 		if mode.inject != nil {
-			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease}
+			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown}
 			if cl.Redis != nil {
 				ch.rdb = cl.Redis.Client()
 				defer ch.rdb.Close()
@@ -289,6 +292,12 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *
 	res.History.Expected = res.ExpectedSafe
 	res.History.Failed = res.ExpectedSafe && res.History.Verdict == histNotLinearizable
 	res.Failed = res.Failed || res.History.Failed
+	if mode.judge != nil && ch != nil {
+		if missed := mode.judge(cfg, res, start, w.results, info.TakesLock); len(missed) > 0 {
+			res.Violations = append(res.Violations, missed...)
+			res.Failed = true
+		}
+	}
 	return res, nil
 }
 
