@@ -338,7 +338,9 @@ func hangFigures(ev *ChaosEvent, cfg Config, takesLock bool, start time.Time, pu
 		h.Healthy = window(as, start, hangWarmUp, hangWarmUp+hangHealthy, stopped)
 		h.Caught, h.CaughtMaxMS = caught(as, start.Add(stopped))
 		h.Hung = window(as, start, stopped+hangSettle, cont, 0)
-		h.HeldOver, h.NewLocks = heldOver(as, start.Add(stopped), start.Add(stopped+hangSettle), start.Add(cont))
+		if takesLock {
+			h.HeldOver, h.NewLocks = heldOver(as, start.Add(stopped), start.Add(stopped+hangSettle), start.Add(cont))
+		}
 		h.LockedBackS = -1
 		if takesLock {
 			h.LockedBackS = firstAfter(as, start.Add(cont), func(r purchaseResult) bool { return r.Status == 201 && !r.Receipt.Degraded })

@@ -226,8 +226,8 @@ var chaosModes = []chaosMode{
 }
 
 // hangDefaults fits the run to a hang: the healthy window, the hang and the recovery; stock
-// that does not sell out; the storefront's default lease; under db-hang more clients than the instances admit, and a client
-// timeout that outlives the hang.
+// that does not sell out; the storefront's default lease; under db-hang more clients than the
+// instances admit; a client timeout that outlives the hang.
 func hangDefaults(c *Config, set map[string]bool) {
 	faultDuration(c, set, hangWarmUp+hangHealthy+hangGap+c.HangFor+hangAfter)
 	if !set["stock"] {
