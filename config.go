@@ -102,11 +102,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
 	fs.IntVar(&c.maxBatch, "max-batch", inventory.DefaultMaxBatch, "most purchases of one item one lock hold of lock+guard sells (1 = one per hold)")
-	fs.DurationVar(&c.redisCall, "redis-call-timeout", DefaultRedisCallTimeout, "longest one lock call may wait for Redis; three failed calls in a row\n"+
+	durationVar(fs, &c.redisCall, "redis-call-timeout", DefaultRedisCallTimeout, "longest one lock call may wait for Redis; three failed calls in a row\n"+
 		"open the node's circuit breaker (lock calls then fail at once until a probe answers)")
 	fs.IntVar(&c.maxPurchases, "max-purchases", DefaultMaxPurchases, "most purchases in flight in this process; past it a purchase is answered\n"+
 		"503 at_capacity with Retry-After at once (0 = no bound)")
-	fs.DurationVar(&c.holdTTL, "hold-ttl", inventory.DefaultHoldTTL, fmt.Sprintf("life of a stock hold (POST /api/holds) that names no ttl, %s..%s",
+	durationVar(fs, &c.holdTTL, "hold-ttl", inventory.DefaultHoldTTL, fmt.Sprintf("life of a stock hold (POST /api/holds) that names no ttl, %s..%s",
 		inventory.MinHoldTTL, inventory.MaxHoldTTL))
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "`level` of the log: debug, info, warn or error")
 	durationVar(fs, &c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long shutdown waits for in-flight requests")

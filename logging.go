@@ -33,8 +33,12 @@ func (h levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.level || ctx.Value(alwaysKey{}) != nil
 }
 
-// Handle writes r with its message and string or error attributes on one line (oneLine).
+// Handle writes r with its message and string or error attributes on one line (oneLine). A
+// record without a line break (nearly all) passes through as it is.
 func (h levelHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !multiLine(r) {
+		return h.Handler.Handle(ctx, r)
+	}
 	out := slog.NewRecord(r.Time, r.Level, oneLine(r.Message), r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		switch v := a.Value.Any().(type) {
@@ -47,6 +51,23 @@ func (h levelHandler) Handle(ctx context.Context, r slog.Record) error {
 		return true
 	})
 	return h.Handler.Handle(ctx, out)
+}
+
+// multiLine reports whether r's message or a string or error attribute has a line break.
+func multiLine(r slog.Record) bool {
+	found := strings.ContainsAny(r.Message, "\r\n")
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Value.Kind() {
+		case slog.KindString:
+			found = found || strings.ContainsAny(a.Value.String(), "\r\n")
+		case slog.KindAny:
+			if err, ok := a.Value.Any().(error); ok {
+				found = found || strings.ContainsAny(err.Error(), "\r\n")
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 func (h levelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
