@@ -207,7 +207,11 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 	slices.Sort(served)
 	p99 := served[len(served)*99/100]
 	t.Logf("at_capacity answers, seen by the server: %d, p50 %s, p99 %s", len(served), served[len(served)/2], p99)
-	assert.Less(t, p99, time.Second, "at_capacity answers wait for nothing (the write deadline is 10s)")
+	// They wait for nothing: a purchase that reached the database would wait out the write
+	// deadline (10s). What an answer at once still costs here is 2,000 connections on two cores
+	// under the race detector (a p99 of about 1s seen on a quiet machine), so the bound is
+	// half the deadline: it tells "answered at once" from "waited for the database".
+	assert.Less(t, p99, 5*time.Second, "at_capacity answers wait for nothing (the write deadline is 10s)")
 
 	signalPostgres(t, pg.PID(), syscall.SIGCONT)
 	resumed = true
