@@ -251,7 +251,7 @@ func TestRedlockTokensIncreaseAcrossOverlappingQuorums(t *testing.T) {
 	srvs[1].Stop()
 	second, err := r.Obtain(ctx, key) // quorum {2, 3, 4}: overlaps the first in node 2 only
 	require.NoError(t, err)
-	assert.Greater(t, second.Token(), first.Token(), "without the write-back node 2 would issue 2")
+	assert.Greater(t, second.Token(), first.Token(), "without the write-back, the node both quorums share would issue token 2 again")
 	for _, i := range []int{2, 3, 4} {
 		n, err := rdbs[i].Get(ctx, fence).Int64()
 		require.NoError(t, err)

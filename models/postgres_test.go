@@ -106,7 +106,7 @@ func TestPostgresErrorClassification(t *testing.T) {
 	})
 }
 
-// Issue 10's batched write inserts orders with INSERT ... ON CONFLICT (idempotency_key) DO
+// The coalesced hold's batched write inserts orders with INSERT ... ON CONFLICT (idempotency_key) DO
 // NOTHING RETURNING: the unique index supports it on both backends, and NULL keys never
 // conflict.
 func TestOnConflictDoNothingReturning(t *testing.T) {
