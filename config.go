@@ -32,6 +32,7 @@ type config struct {
 	maxInflight     int
 	instances       int // --demo: supervise this many storefront processes (the lab, demo.go)
 	maxBatch        int
+	streamHold      time.Duration
 	redisCall       time.Duration // --redis-call-timeout (breaker.go)
 	maxPurchases    int           // --max-purchases: purchases in flight per process, 0 = no bound
 	holdTTL         time.Duration // a stock hold's life when its request names none
@@ -62,6 +63,7 @@ var envOf = map[string]string{
 	"max-inflight-per-item": "MAX_INFLIGHT_PER_ITEM",
 	"instances":             "INSTANCES",
 	"max-batch":             "MAX_BATCH",
+	"stream-hold":           "STREAM_HOLD",
 	"redis-call-timeout":    "REDIS_CALL_TIMEOUT",
 	"max-purchases":         "MAX_PURCHASES",
 	"hold-ttl":              "HOLD_TTL",
@@ -102,6 +104,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"database and Redis (0: this process is the one storefront)")
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
 	fs.IntVar(&c.maxBatch, "max-batch", inventory.DefaultMaxBatch, "most purchases of one item one lock hold of lock+guard sells (1 = one per hold)")
+	durationVar(fs, &c.streamHold, "stream-hold", 0, "how long one hold of lock+guard keeps admitting the buyers of its item who arrive\n"+
+		"while it works (0: only those waiting when it begins); raise it (e.g. 1s) when the balancer sends each\n"+
+		"item to one instance, so that one hold serves them all")
 	durationVar(fs, &c.redisCall, "redis-call-timeout", DefaultRedisCallTimeout, "longest one lock call may wait for Redis; three failed calls in a row\n"+
 		"open the node's circuit breaker (lock calls then fail at once until a probe answers)")
 	fs.IntVar(&c.maxPurchases, "max-purchases", DefaultMaxPurchases, "most purchases in flight in this process; past it a purchase is answered\n"+
@@ -232,6 +237,8 @@ func (c config) validate() error {
 		return errors.New("--instances needs the lab, which this build leaves out (built with -tags nodemo)")
 	case c.onRedisDown == "" || !inventory.ValidOnRedisDown(c.onRedisDown):
 		return fmt.Errorf("--on-redis-down %q: want %s or %s", c.onRedisDown, inventory.OnRedisDownFail, inventory.OnRedisDownGuard)
+	case c.streamHold < 0 || c.streamHold > time.Minute:
+		return fmt.Errorf("--stream-hold %s must be 0..1m", c.streamHold)
 	case c.maxBatch < 1 || c.maxBatch > 10000:
 		return fmt.Errorf("--max-batch %d must be 1..10000", c.maxBatch)
 	case c.holdTTL < inventory.MinHoldTTL || c.holdTTL > inventory.MaxHoldTTL:

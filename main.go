@@ -166,6 +166,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Admission:    admission,
 		Default:      cfg.strategy,
 		MaxBatch:     cfg.maxBatch,
+		StreamHold:   cfg.streamHold,
 		HoldTTL:      cfg.holdTTL,
 		Holds:        metrics,
 		Logger:       logger.With("component", "inventory"),

@@ -39,25 +39,29 @@ type coalesced struct {
 	locker   Locker
 	name     string
 	maxBatch int
-	onDown   string // Config.OnRedisDown: sell through the guard alone when the lock service is down
+	onDown   string        // Config.OnRedisDown: sell through the guard alone when the lock service is down
+	stream   time.Duration // Config.StreamHold: how long a hold admits buyers who arrive while it works
 
 	mu    sync.Mutex
 	items map[int64]*itemQueue // items with a running worker
 }
 
-func newCoalesced(d deps, l Locker, name string, maxBatch int, onDown string) *coalesced {
-	return &coalesced{deps: d, locker: l, name: name, maxBatch: maxBatch, onDown: onDown, items: make(map[int64]*itemQueue)}
+func newCoalesced(d deps, l Locker, name string, maxBatch int, onDown string, stream time.Duration) *coalesced {
+	return &coalesced{deps: d, locker: l, name: name, maxBatch: maxBatch, onDown: onDown, stream: stream, items: make(map[int64]*itemQueue)}
 }
 
 // itemQueue is one item's queue and what its worker knows of the item. pending is guarded by
 // coalesced.mu; the other fields belong to the worker.
 type itemQueue struct {
 	id      int64
-	pending []*waiter // arrival order; only the worker removes entries, from the front
+	pending []*waiter     // arrival order; only the worker removes entries, from the front
+	wake    chan struct{} // (1) a purchase joined pending: a streaming hold admits it
 
-	known bool  // stock and fence were read by this worker
-	stock int   // the stock after this worker's last read or write
-	fence int64 // the stored fence token last seen: the floor of the next token
+	known  bool      // stock and fence were read by this worker
+	stock  int       // the stock after this worker's last read or write
+	read   int       // the stock this worker's last read found
+	readAt time.Time // when that read began: it is true for the purchases waiting then
+	fence  int64     // the stored fence token last seen: the floor of the next token
 }
 
 // A waiter's state: a buyer may leave while waiting, until the worker claims it for the write.
@@ -128,11 +132,15 @@ func (s *coalesced) enqueue(w *waiter) error {
 		if !s.life.add() {
 			return fmt.Errorf("%w: the service is shutting down", ErrUnavailable)
 		}
-		q = &itemQueue{id: w.p.itemID}
+		q = &itemQueue{id: w.p.itemID, wake: make(chan struct{}, 1)}
 		s.items[q.id] = q
 		go s.run(q) // owner: the Service (life), whose Close waits for it
 	}
 	q.pending = append(q.pending, w)
+	select {
+	case q.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
 	return nil
 }
 
@@ -181,20 +189,42 @@ func (s *coalesced) answerFront(q *itemQueue, n int, err error) {
 	q.pending = append([]*waiter(nil), q.pending[n:]...)
 }
 
+// answerWaiting answers, with err, the waiters that were in the queue when the worker's last
+// read began (q.readAt) and removes them; those that arrived since stay for the next read (the
+// stock may have grown in between: a hold cancelled), so that the answer is true of their wait.
+func (s *coalesced) answerWaiting(q *itemQueue, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var later []*waiter
+	for _, w := range q.pending {
+		switch {
+		case w.state.Load() == stateAbandoned:
+		case !w.enqueued.Before(q.readAt):
+			later = append(later, w)
+		default:
+			w.p.spent.addLock(time.Since(w.enqueued))
+			s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
+			w.answer(Receipt{}, err)
+		}
+	}
+	q.pending = later
+}
+
 // hold serves one batch of the item's queue under one hold of its lock.
 func (s *coalesced) hold(q *itemQueue) {
 	ctx := s.life.ctx
 	if !q.known || q.stock <= 0 {
 		// Not known yet, or sold out when last seen: one read without the lock answers a
 		// sold-out queue at once (and gives the floor of the token).
+		at := time.Now()
 		r, err := s.store.readFast(ctx, q.id)
 		if err != nil {
 			s.answerFront(q, -1, err)
 			return
 		}
-		q.known, q.stock, q.fence = true, r.Stock, r.FenceToken
+		q.known, q.stock, q.read, q.readAt, q.fence = true, r.Stock, r.Stock, at, r.FenceToken
 		if err := checkStock(q.id, r.Stock, 1); err != nil {
-			s.answerFront(q, -1, err) // sold out: event point of every refused buyer
+			s.answerWaiting(q, err) // sold out: event point of every refused buyer
 			return
 		}
 	}
@@ -223,6 +253,7 @@ func (s *coalesced) hold(q *itemQueue) {
 	token := held.Token()
 	lockCtx := held.Context(ctx)
 
+	at := time.Now()
 	r, err := s.store.readFast(lockCtx, q.id)
 	if err != nil {
 		if lockCtx.Err() != nil && ctx.Err() == nil {
@@ -233,7 +264,7 @@ func (s *coalesced) hold(q *itemQueue) {
 		s.answerFront(q, n, err)
 		return
 	}
-	q.known, q.stock, q.fence = true, r.Stock, r.FenceToken
+	q.known, q.stock, q.read, q.readAt, q.fence = true, r.Stock, r.Stock, at, r.FenceToken
 	if r.FenceToken >= token {
 		// A token the database has already seen (Redis lost its counter and the floor we
 		// passed was older than the row): the fenced write would be refused. Refuse before
@@ -242,8 +273,12 @@ func (s *coalesced) hold(q *itemQueue) {
 		s.answerFront(q, n, &staleFenceError{itemID: q.id, token: token, seen: r.FenceToken})
 		return
 	}
-	batch := s.admit(q, r.Stock)
+	batch := s.admit(q, r.Stock, s.maxBatch)
 	if len(batch) == 0 {
+		return
+	}
+	if nt, ok := held.(nextTokener); ok && s.stream > 0 {
+		written = s.streamHold(ctx, lockCtx, held, nt, q, batch)
 		return
 	}
 	replies, written = s.sell(ctx, lockCtx, held, q, batch)
@@ -290,33 +325,38 @@ func (s *coalesced) obtainFailed(q *itemQueue, n int, err error) {
 }
 
 // admit takes the batch of this hold from the front of the queue, in arrival order, while the
-// purchases fit in stock (at most maxBatch of them). A purchase that does not fit in the stock
-// the hold read is answered sold out or insufficient stock at once, with no work spent: that
-// stock was there during its wait, so the answer is true. A purchase that fits in what was read
-// but not in what the batch admitted before it leaves is NOT answered now: the batch has not
-// written those units yet (it may never: a buyer leaves, the lock is lost, the write fails), so
-// "sold out" would be a promise the database does not keep yet. It stays in the queue, first,
-// for the next hold, which reads the stock after this one's write and decides then.
-func (s *coalesced) admit(q *itemQueue, stock int) []*waiter {
+// purchases fit in stock (at most limit of them). A purchase that does not fit in the stock the
+// worker last read (q.read) and that was waiting when that read began is answered sold out or
+// insufficient stock at once, with no work spent: that stock was there during its wait, so the
+// answer is true. A purchase that fits in what was read but not in what is left beside the
+// purchases admitted before it (stock) is NOT answered now: those have not written their units
+// yet (they may never: a buyer leaves, the lock is lost, the write fails), so "sold out" would be
+// a promise the database does not keep yet. Nor is one that arrived after the read began (the
+// stock may have grown since: a hold cancelled). Either stays in the queue, first, for a later
+// read or write to decide.
+func (s *coalesced) admit(q *itemQueue, stock, limit int) []*waiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	read := stock
 	var batch, next []*waiter
 	i := 0
-	for ; i < len(q.pending) && len(batch) < s.maxBatch; i++ {
+	for ; i < len(q.pending) && len(batch) < limit; i++ {
 		w := q.pending[i]
 		if w.state.Load() == stateAbandoned {
 			continue
 		}
-		if err := checkStock(q.id, read, w.p.quantity); err != nil {
-			w.p.spent.addLock(now.Sub(w.enqueued))
-			s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
-			w.answer(Receipt{}, err) // refused on the stock read, with no work spent
+		if err := checkStock(q.id, q.read, w.p.quantity); err != nil {
+			if w.enqueued.Before(q.readAt) {
+				w.p.spent.addLock(now.Sub(w.enqueued))
+				s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
+				w.answer(Receipt{}, err) // refused on the stock read, with no work spent
+				continue
+			}
+			next = append(next, w) // arrived after the read: the next read decides
 			continue
 		}
 		if w.p.quantity > stock {
-			next = append(next, w) // fits in the read, not beside the batch: the next hold decides
+			next = append(next, w) // fits in the read, not beside the batch: a later hold decides
 			continue
 		}
 		w.p.spent.addLock(now.Sub(w.enqueued))
@@ -332,7 +372,6 @@ func (s *coalesced) admit(q *itemQueue, stock int) []*waiter {
 // sell runs the batch's work and writes the purchases whose work completed; it returns the
 // batch's answers and the number of orders written.
 func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, batch []*waiter) ([]reply, int) {
-	replies := make([]reply, 0, len(batch))
 	var wg sync.WaitGroup
 	for _, w := range batch {
 		if w.p.work <= 0 {
@@ -345,7 +384,87 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 		}()
 	}
 	wg.Wait()
+	return s.write(ctx, lockCtx, held.Token(), q, batch)
+}
 
+// nextTokener is a Held that can draw a new fencing token without letting go of the lock
+// (locking.Lock.NextToken): a streaming hold writes several times, each write on its own token,
+// since the fence accepts each token once.
+type nextTokener interface {
+	NextToken(ctx context.Context) (int64, error)
+}
+
+// streamHold serves a hold that keeps admitting (Config.StreamHold): the work of each admitted
+// purchase starts at once, and the purchases whose work has completed are written together
+// while the others work. Buyers who arrive during the hold are admitted while it is younger
+// than the stream window, its lock is held and they fit beside the units already admitted; each
+// write's buyers are answered as soon as it is decided. Each write after the first draws a new
+// fencing token from the lock (the fence accepts each token once, and in order). The hold ends
+// once no purchase is left working; it returns the number of orders written.
+func (s *coalesced) streamHold(ctx, lockCtx context.Context, held Held, nt nextTokener, q *itemQueue, batch []*waiter) int {
+	finished := make(chan *waiter, s.maxBatch)
+	working, reserved, written := 0, 0, 0
+	start := func(ws []*waiter) {
+		for _, w := range ws {
+			working++
+			reserved += w.p.quantity
+			go func() { // owner: streamHold, which receives from every one it starts
+				if w.p.work > 0 {
+					w.workErr = s.work(held.Context(w.ctx), w.p)
+				}
+				finished <- w
+			}()
+		}
+	}
+	start(batch)
+	window := time.NewTimer(s.stream)
+	defer window.Stop()
+	open, lost := true, lockCtx.Done()
+	token := held.Token()
+	for working > 0 {
+		select {
+		case w := <-finished:
+			ready := []*waiter{w}
+		more:
+			for {
+				select {
+				case w := <-finished:
+					ready = append(ready, w)
+				default:
+					break more
+				}
+			}
+			working -= len(ready)
+			for _, w := range ready {
+				reserved -= w.p.quantity
+			}
+			if token <= q.fence { // this hold has written with it: draw the next
+				if next, err := nt.NextToken(lockCtx); err == nil {
+					token = next
+				} // else the lock is lost or Redis failed: the fence refuses the used token below
+			}
+			replies, n := s.write(ctx, lockCtx, token, q, ready)
+			written += n
+			for _, r := range replies {
+				r.w.answer(r.rec, r.err)
+			}
+		case <-q.wake:
+		case <-window.C:
+			open = false
+		case <-lost:
+			open, lost = false, nil
+		}
+		if open && ctx.Err() == nil && lockCtx.Err() == nil {
+			start(s.admit(q, q.stock-reserved, s.maxBatch-working))
+		}
+	}
+	return written
+}
+
+// write writes the purchases of batch whose work completed, under the hold; it returns the
+// batch's answers and the number of orders written.
+func (s *coalesced) write(ctx, lockCtx context.Context, token int64, q *itemQueue, batch []*waiter) ([]reply, int) {
+	replies := make([]reply, 0, len(batch))
 	if lockCtx.Err() != nil && ctx.Err() == nil {
 		// The lock was lost before the write: nothing is written. Service.run retries each
 		// purchase once, under a new hold.
@@ -398,7 +517,7 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 		for i, w := range ready {
 			ps[i] = w.p
 		}
-		res, err := s.store.writeOrders(ctx, q.id, ps, s.name, held.Token())
+		res, err := s.store.writeOrders(ctx, q.id, ps, s.name, token)
 		// A short stock the hold did not read: another writer without the lock took stock.
 		moved := errors.Is(err, ErrSoldOut) || errors.Is(err, ErrInsufficientStock) || errors.Is(err, errRaced)
 		switch {
@@ -413,18 +532,19 @@ func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, 
 				}
 				replies = append(replies, reply{w: w, rec: res[i].rec, err: res[i].err})
 			}
-			q.fence = held.Token()
+			q.fence = token
 			answerOver(remaining, nil)
 			return replies, written
 		case moved && attempt < maxReadmits && lockCtx.Err() == nil:
 			// Another writer took stock since the read: read again and admit again under the
 			// same hold, instead of refusing buyers who still fit.
+			at := time.Now()
 			r, rerr := s.store.readFast(lockCtx, q.id)
 			if rerr != nil {
 				err = rerr
 				break
 			}
-			q.stock = r.Stock
+			q.stock, q.read, q.readAt = r.Stock, r.Stock, at
 			var more []*waiter
 			ready, more = readmit(q.id, r.Stock, append(ready, over...), &replies)
 			over = more

@@ -35,6 +35,13 @@ type Config struct {
 	// redlock+guard sells in this process (coalescing); 0 means DefaultMaxBatch, 1 one
 	// purchase per hold (no coalescing).
 	MaxBatch int
+	// StreamHold is how long one coalesced hold keeps admitting the buyers who arrive while
+	// it works (each starts its work at once; the completed ones are written together). 0
+	// (default): a hold sells to the buyers waiting when it begins, and the lock passes
+	// between processes after each batch. Raise it when a balancer sends each item's buyers
+	// to one process: one hold then serves them all, at the price of other processes' buyers
+	// of the item (and carts of it) waiting up to that long.
+	StreamHold time.Duration
 	// Holds, if set, receives every coalesced lock hold (metrics).
 	Holds HoldObserver
 
@@ -108,6 +115,8 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("inventory: OnRedisDown %q: want %q or %q", cfg.OnRedisDown, OnRedisDownFail, OnRedisDownGuard)
 	}
 	switch {
+	case cfg.StreamHold < 0:
+		return nil, fmt.Errorf("inventory: Config.StreamHold %s is negative", cfg.StreamHold)
 	case cfg.MaxBatch < 0:
 		return nil, fmt.Errorf("inventory: Config.MaxBatch %d is negative", cfg.MaxBatch)
 	case cfg.MaxBatch == 0:

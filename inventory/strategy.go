@@ -69,12 +69,12 @@ var builtinStrategies = []Strategy{
 	{StrategyInfo: StrategyInfo{Name: StrategyLockGuard, HowIt: "Redis lock; inside it work, then the guarded update with the fence check (one hold sells to every waiting buyer)",
 		Safe: true, Locks: true, Safety: "safe even when the lock is lost: a stale holder's write is refused"},
 		build: func(d deps, cfg Config) strategy {
-			return newLockGuard(d, cfg.Locker, StrategyLockGuard, cfg.MaxBatch, cfg.OnRedisDown)
+			return newLockGuard(d, cfg.Locker, StrategyLockGuard, cfg)
 		}},
 	{StrategyInfo: StrategyInfo{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Locks: true,
 		Safety: "as lock+guard", Redlock: true},
 		build: func(d deps, cfg Config) strategy {
-			return newLockGuard(d, cfg.Redlock, StrategyRedlockGuard, cfg.MaxBatch, cfg.OnRedisDown)
+			return newLockGuard(d, cfg.Redlock, StrategyRedlockGuard, cfg)
 		}},
 }
 
@@ -199,13 +199,13 @@ func (s lock) buy(ctx context.Context, p purchase) (Receipt, error) {
 }
 
 // newLockGuard returns lock+guard (or redlock+guard, with a Redlock locker): coalesced when a
-// hold may sell to several buyers (maxBatch > 1), one purchase per hold otherwise.
-func newLockGuard(d deps, l Locker, name string, maxBatch int, onDown string) strategy {
-	single := lockGuard{deps: d, locker: l, name: name, onDown: onDown}
-	if maxBatch == 1 {
+// hold may sell to several buyers (cfg.MaxBatch > 1), one purchase per hold otherwise.
+func newLockGuard(d deps, l Locker, name string, cfg Config) strategy {
+	single := lockGuard{deps: d, locker: l, name: name, onDown: cfg.OnRedisDown}
+	if cfg.MaxBatch == 1 {
 		return single
 	}
-	return holdRouter{single: single, coalesced: newCoalesced(d, l, name, maxBatch, onDown)}
+	return holdRouter{single: single, coalesced: newCoalesced(d, l, name, cfg.MaxBatch, cfg.OnRedisDown, cfg.StreamHold)}
 }
 
 // holdRouter sends a purchase that carries an Interceptor to the one-purchase-per-hold path,

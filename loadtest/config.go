@@ -53,6 +53,7 @@ type Config struct {
 	HangFor      time.Duration // how long the process stays stopped
 	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
 	MaxPurchases int           // db-hang: --max-purchases of the instances
+	StreamHold   time.Duration // self-contained mode: --stream-hold of the instances (0: their default)
 }
 
 // Routes of the purchases to the instances (-route).
@@ -121,6 +122,8 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.Var((*thresholdList)(&c.Thresholds), "threshold", "a bound each strategy's run must meet, else exit 3: p50|p90|p99|max|mean<200ms, errors<1%, rps>500 (repeatable, or comma-separated)")
 	fs.DurationVar(&c.HangFor, "hang-for", 8*time.Second, "-chaos redis-hang, db-hang: how long the process stays stopped (SIGSTOP, then SIGCONT)")
 	fs.StringVar(&c.OnRedisDown, "on-redis-down", "guard", `-chaos redis-hang: --on-redis-down of the instances, "guard" or "fail"`)
+	fs.DurationVar(&c.StreamHold, "stream-hold", 0, "self-contained mode: --stream-hold of the instances, how long one hold of lock+guard keeps admitting\n"+
+		"the buyers who arrive while it works (0: the storefront's default, none); pair it with -route item")
 	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -238,6 +241,10 @@ func (c *Config) validate() error {
 		return usageErr("-rounds must be 1..100, got %d", c.Rounds)
 	case c.Perf && (c.Duration < 100*time.Millisecond || c.Duration > 10*time.Minute):
 		return usageErr("-perf: -duration (per phase) must be 100ms..10m, got %s", c.Duration)
+	case c.StreamHold < 0 || c.StreamHold > time.Minute:
+		return usageErr("-stream-hold must be 0..1m, got %s", c.StreamHold)
+	case len(c.Targets) > 0 && c.StreamHold > 0:
+		return usageErr("-stream-hold applies to the self-contained mode; set --stream-hold on the -target servers")
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
 	case c.mode().judge != nil && (c.HangFor < 2*time.Second || c.HangFor > 5*time.Minute):

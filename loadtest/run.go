@@ -32,6 +32,9 @@ func Run(ctx context.Context, cfg Config, logw io.Writer) (*Report, error) {
 	if mode.args != nil {
 		ccfg.Args = mode.args(cfg)
 	}
+	if cfg.StreamHold > 0 {
+		ccfg.Args = append(ccfg.Args, "--stream-hold", cfg.StreamHold.String())
+	}
 	cl, err := StartCluster(ctx, ccfg)
 	if err != nil {
 		return nil, err

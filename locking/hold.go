@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,7 +20,7 @@ type hold struct {
 	c        *Client
 	k        keys
 	owner    string
-	token    int64
+	token    atomic.Int64 // the latest fencing token issued to the hold (NextToken draws more)
 	acquired time.Time
 	wd       *watchdog
 	kind     *kind // what its kind does in Redis (kind.go)
@@ -34,7 +35,8 @@ type hold struct {
 // watchdog from sent (when the call that set the lease was sent) and calls the Acquired hook
 // with the time waited since start.
 func (c *Client) newHold(k keys, owner string, token int64, kd *kind, sent, start time.Time) *Lock {
-	h := &hold{c: c, k: k, owner: owner, token: token, kind: kd, acquired: time.Now(), live: map[*Lock]bool{}}
+	h := &hold{c: c, k: k, owner: owner, kind: kd, acquired: time.Now(), live: map[*Lock]bool{}}
+	h.token.Store(token)
 	h.mu.Lock()
 	l := h.newHandleLocked()
 	h.mu.Unlock()
@@ -243,7 +245,7 @@ func (h *hold) lose(err error) {
 	}
 	h.lost = err
 	h.mu.Unlock()
-	h.c.log.Warn("locking: lock lost", "key", h.k.name, "token", h.token, "err", err)
+	h.c.log.Warn("locking: lock lost", "key", h.k.name, "token", h.token.Load(), "err", err)
 	if f := h.c.hooks.Lost; f != nil {
 		f(h.k.name, err)
 	}

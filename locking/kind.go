@@ -32,6 +32,9 @@ type kind struct {
 	ttl func(ctx context.Context, h *hold) (time.Duration, error)
 	// renew is the watchdog's renewal (see watchdog.renew).
 	renew func(ctx context.Context, h *hold) (bool, error)
+	// refence issues h a new fencing token if h still holds the key, or returns -1 (see
+	// Lock.NextToken); nil for a kind that cannot (its tokens are not one counter's).
+	refence func(ctx context.Context, h *hold) (int64, error)
 }
 
 // reentry is how a kind re-enters a hold under a context that carries it.
@@ -55,6 +58,9 @@ func (c *Client) coreKind() *kind {
 		forget: func(ctx context.Context, h *hold) { c.forget(ctx, h.k, h.owner) },
 		ttl:    c.ttl,
 		renew:  c.renew,
+		refence: func(ctx context.Context, h *hold) (int64, error) {
+			return refenceScript.Run(ctx, c.rdb, []string{h.k.hash, h.k.fence}, h.owner).Int64()
+		},
 	}
 }
 

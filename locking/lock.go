@@ -2,6 +2,8 @@ package locking
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -34,7 +36,46 @@ func (l *Lock) Token() int64 {
 	if l == nil {
 		return 0
 	}
-	return l.h.token
+	return l.h.token.Load()
+}
+
+// ErrNoNextToken is NextToken's error for a lock whose kind draws no more tokens during a
+// hold (Redlock, whose token is not one counter's; the fair lock; a semaphore permit).
+var ErrNoNextToken = errors.New("locking: this kind of lock issues one fencing token per hold")
+
+// NextToken issues the hold a new fencing token, strictly greater than every token issued for
+// the key so far, without letting go of the lock, and returns it; Token returns it from then
+// on (for every handle of a re-entered hold). It is for a holder that writes several times
+// under one hold to a store whose fence accepts each token once: each write takes its own
+// token, in order. It fails with ErrNotHeld once this Lock is released, with ErrLost when the
+// lock is found lost (the loss is then declared as the watchdog would: Done closes, contexts
+// end), with ErrNoNextToken for a kind that cannot, or with Redis's error (the lock is then
+// still held, and a token may have been drawn and never used: tokens may skip, never repeat).
+func (l *Lock) NextToken(ctx context.Context) (int64, error) {
+	if err := l.Err(); err != nil {
+		return 0, err
+	}
+	h := l.h
+	if h.kind.refence == nil {
+		return 0, ErrNoNextToken
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.c.callTimeout)
+	defer cancel()
+	token, err := h.kind.refence(cctx, h)
+	if err != nil {
+		return 0, fmt.Errorf("locking: next token of %q: %w", h.k.name, err)
+	}
+	if token < 0 {
+		h.lose(fmt.Errorf("%w: %w", ErrLost, errTaken))
+		return 0, ErrLost
+	}
+	for { // concurrent calls: Token keeps the greatest
+		cur := h.token.Load()
+		if token <= cur || h.token.CompareAndSwap(cur, token) {
+			break
+		}
+	}
+	return token, nil
 }
 
 // Done returns a channel closed when the lock is lost or this Lock is released. A nil Lock

@@ -29,6 +29,10 @@ var (
 	//go:embed ttl.lua
 	ttlLua    string
 	ttlScript = redis.NewScript(ttlLua)
+
+	//go:embed refence.lua
+	refenceLua    string
+	refenceScript = redis.NewScript(refenceLua)
 )
 
 // include inserts body, the text of the script file name, at the "--#include name" line of

@@ -1,0 +1,111 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
+)
+
+// streamService is a lock+guard Service on a real lock whose holds keep admitting for stream.
+func streamService(t *testing.T, be backend, srv *redistest.Server, path string, stream time.Duration, holds *holdRecorder,
+	sleep func(context.Context, time.Duration) error) *inventory.Service {
+	t.Helper()
+	db := openPath(t, path)
+	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	var obs inventory.HoldObserver
+	if holds != nil {
+		obs = holds
+	}
+	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), StreamHold: stream, Holds: obs, Sleep: sleep})
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// A streaming hold admits a buyer who arrives while it works: the late buyer is sold and
+// answered while the first buyer's work is still running (the first one's work ends only then),
+// both under one hold of the lock, and each write carries its own, greater fencing token.
+func TestStreamHoldAdmitsLateBuyers(t *testing.T) { forEachBackend(t, testStreamHoldAdmitsLateBuyers) }
+
+func testStreamHoldAdmitsLateBuyers(t *testing.T, be backend) {
+	srv := redistest.Start(t)
+	_, path := openDB(t, be)
+	lateSold := make(chan struct{})
+	var calls atomic.Int32
+	holds := &holdRecorder{}
+	s := streamService(t, be, srv, path, time.Minute, holds, func(ctx context.Context, d time.Duration) error {
+		if calls.Add(1) == 2 { // the late buyer's work
+			return nil
+		}
+		select { // the first buyer's work ends only once the late one is sold
+		case <-lateSold:
+			return nil
+		case <-time.After(20 * time.Second):
+			return errors.New("the late buyer was not admitted into the running hold")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	id := resetItems(t, s, 10)[0]
+
+	first := make(chan error, 1)
+	var rec1 inventory.Receipt
+	go func() {
+		var err error
+		rec1, err = s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: inventory.StrategyLockGuard, Work: time.Second})
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, time.Millisecond, "the first buyer works")
+	rec2, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 3, Strategy: inventory.StrategyLockGuard, Work: time.Second})
+	require.NoError(t, err)
+	close(lateSold)
+	require.NoError(t, <-first)
+
+	require.Eventually(t, func() bool { return len(holds.get()) > 0 }, 10*time.Second, time.Millisecond, "the hold is over")
+	assert.Equal(t, []int{2}, holds.get(), "one hold sold to both")
+	assert.Greater(t, rec1.FenceToken, rec2.FenceToken, "the late buyer's write came first, on the hold's token; the next write drew a greater one")
+	orders := ordersOf(t, s, id)
+	require.Len(t, orders, 2)
+	assertFenceOrder(t, orders)
+	assert.NotEqual(t, orders[0].BatchID, orders[1].BatchID, "two writes")
+	st := statsOf(t, s, id)
+	assert.Equal(t, 5, st.Stock)
+	assert.Equal(t, 5, st.SoldUnits)
+}
+
+// Streaming holds in two processes, with bursts of buyers and work: nothing oversold, every
+// success is one order, each token written by one transaction and in commit order, and holds
+// sold more than one batch each.
+func TestStreamHoldBurstAcrossProcesses(t *testing.T) {
+	forEachBackend(t, testStreamHoldBurstAcrossProcesses)
+}
+
+func testStreamHoldBurstAcrossProcesses(t *testing.T, be backend) {
+	srv := redistest.Start(t)
+	_, path := openDB(t, be)
+	holds := &holdRecorder{}
+	a := streamService(t, be, srv, path, 200*time.Millisecond, holds, nil)
+	b := streamService(t, be, srv, path, 200*time.Millisecond, nil, nil)
+	id := resetItems(t, a, 150)[0]
+	o := burstWith(t, []*inventory.Service{a, b}, inventory.StrategyLockGuard, id, 240, func(i int) time.Duration {
+		return time.Duration(5+i%4*10) * time.Millisecond // works of different lengths finish apart
+	})
+	assertSafe(t, a, id, o)
+	orders := ordersOf(t, a, id)
+	assertFenceOrder(t, orders)
+	assert.Equal(t, 0, statsOf(t, a, id).Stock, "sold out")
+	batches := map[int64]bool{}
+	for _, ord := range orders {
+		batches[ord.BatchID] = true
+	}
+	assert.Less(t, len(holds.get()), len(batches), "a hold of process a wrote more than once")
+}
