@@ -335,7 +335,8 @@ type storefront struct {
 
 func (f *storefront) addr() string { return "127.0.0.1:" + strconv.Itoa(f.port) }
 
-// startStorefront starts a replica on port (0: a free one).
+// startStorefront starts a replica on port (0: a free one), with the compose file's streaming
+// holds (one hold serves every buyer nginx sends it).
 func startStorefront(t *testing.T, bin, dir string, port int, dbURL, redisURL string) *storefront {
 	t.Helper()
 	if port == 0 {
@@ -345,7 +346,7 @@ func startStorefront(t *testing.T, bin, dir string, port int, dbURL, redisURL st
 	}
 	f := &storefront{port: port}
 	f.process = startProcess(t, dir, io.Discard, bin, "--addr", f.addr(), "--db", dbURL, "--redis", redisURL,
-		"--admin-token", adminToken, "--log-level", "warn", "--shutdown-timeout", "5s")
+		"--admin-token", adminToken, "--log-level", "warn", "--shutdown-timeout", "5s", "--stream-hold", "250ms")
 	return f
 }
 

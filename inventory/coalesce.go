@@ -439,9 +439,14 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, held Held, nt nextT
 				reserved -= w.p.quantity
 			}
 			if token <= q.fence { // this hold has written with it: draw the next
-				if next, err := nt.NextToken(lockCtx); err == nil {
+				next, err := nt.NextToken(lockCtx)
+				if err == nil {
 					token = next
-				} // else the lock is lost or Redis failed: the fence refuses the used token below
+				} else {
+					// The lock is lost, Redis failed, or this lock cannot draw tokens: the
+					// fence refuses the used token below, and nobody more is admitted.
+					open = false
+				}
 			}
 			replies, n := s.write(ctx, lockCtx, token, q, ready)
 			written += n

@@ -35,7 +35,8 @@ type Config struct {
 	// redlock+guard sells in this process (coalescing); 0 means DefaultMaxBatch, 1 one
 	// purchase per hold (no coalescing).
 	MaxBatch int
-	// StreamHold is how long one coalesced hold keeps admitting the buyers who arrive while
+	// StreamHold is how long one coalesced hold of lock+guard (not redlock+guard, whose
+	// lock issues one fencing token per hold) keeps admitting the buyers who arrive while
 	// it works (each starts its work at once; the completed ones are written together). 0
 	// (default): a hold sells to the buyers waiting when it begins, and the lock passes
 	// between processes after each batch. Raise it when a balancer sends each item's buyers

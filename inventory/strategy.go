@@ -74,6 +74,7 @@ var builtinStrategies = []Strategy{
 	{StrategyInfo: StrategyInfo{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Locks: true,
 		Safety: "as lock+guard", Redlock: true},
 		build: func(d deps, cfg Config) strategy {
+			cfg.StreamHold = 0 // Redlock issues one token per hold: no streaming (coalesce.go)
 			return newLockGuard(d, cfg.Redlock, StrategyRedlockGuard, cfg)
 		}},
 }
