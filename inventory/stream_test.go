@@ -109,3 +109,16 @@ func testStreamHoldBurstAcrossProcesses(t *testing.T, be backend) {
 	}
 	assert.Less(t, len(holds.get()), len(batches), "a hold of process a wrote more than once")
 }
+
+// A streaming hold of a hot item closes its door after the window and releases the lock: a cart
+// of that item, in the same process or another, gets the lock within a bounded time while buyers
+// keep the item busy.
+func TestCheckoutNotStarvedByStreamingHold(t *testing.T) {
+	be := sqliteBackend // the cart's write is tested on both backends in checkout_test.go
+	srv := redistest.Start(t)
+	_, path := openDB(t, be)
+	s := streamService(t, be, srv, path, 200*time.Millisecond, nil, nil)
+	ids := resetItems(t, s, 1_000_000, 100)
+	t.Run("same process", func(t *testing.T) { notStarved(t, s, s, ids) })
+	t.Run("another process", func(t *testing.T) { notStarved(t, s, cartService(t, openPath(t, path), srv, nil), ids) })
+}
