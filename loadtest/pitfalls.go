@@ -20,8 +20,9 @@ import (
 )
 
 // The pitfalls scenario (-scenario pitfalls) runs every broken lock (SETNX then EXPIRE, release
-// by a plain DEL, a fixed lease without a watchdog) and lockless alternative (an optimistic
-// version check, the stock kept in Redis) next to its fix, each under a script that makes the failure happen on every
+// by a plain DEL, a fixed lease without a watchdog), lockless alternative (an optimistic
+// version check, the stock kept in Redis) and broken cart (locks taken in request order, lines
+// checked one at a time) next to its fix, each under a script that makes the failure happen on every
 // run: the lease, the work, the order of the buyers and the faults are fixed, and every step
 // waits for the condition it needs (a lock held, a lease run out) with margins of hundreds of
 // milliseconds. The instances run with a short lease and lock wait:
@@ -79,6 +80,14 @@ var pitfallScript = []pitfallRow{
 		Lesson: "WATCH/MULTI/EXEC is exact on the mirror, and loses with it: the check is only as durable as Redis"},
 	{Case: "redis-stock", Strategy: "redis-stock+guard", Role: roleFix, Expected: verdict.Safe,
 		Lesson: "let the database's conditional update have the last word; give refused units back to the mirror"},
+	{Case: "cart-order", Strategy: strategyRequestOrder, Role: rolePitfall, Expected: verdict.Blocked,
+		Lesson: "carts that lock their items in request order deadlock: {A,B} holds A and waits for B, {B,A} holds B and waits for A, until the lock wait ends"},
+	{Case: "cart-order", Strategy: "lock+guard", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "take a cart's locks in one canonical order (sorted), all or none: the second cart waits for the first, and both sell"},
+	{Case: "cart-lines", Strategy: strategyLineByLine, Role: rolePitfall, Expected: verdict.Oversold,
+		Lesson: "check a cart as a whole: two lines of one item each fit the stock alone, and together take more than there is"},
+	{Case: "cart-lines", Strategy: "guard", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "merge the lines of one item, then check and write them in one transaction (the guarded update): the cart is refused"},
 }
 
 // scripted returns the rows of case c of the script, in order.
@@ -135,11 +144,12 @@ func RunPitfalls(ctx context.Context, cfg Config, logw io.Writer) ([]pitfallRow,
 		r.info[in.Name] = in
 	}
 	for _, row := range pitfallScript {
-		if _, ok := r.info[row.Strategy]; !ok {
+		if _, ok := r.info[row.Strategy]; !ok && !demoCartStrategies[row.Strategy] {
 			return nil, fmt.Errorf("the storefront does not offer strategy %q (GET /api/strategies)", row.Strategy)
 		}
 	}
-	for _, step := range []func(context.Context) error{r.setnxExpire, r.delRelease, r.fixedLease, r.optimistic, r.redisStock} {
+	for _, step := range []func(context.Context) error{r.setnxExpire, r.delRelease, r.fixedLease, r.optimistic, r.redisStock,
+		r.cartOrder, r.cartLines} {
 		if err := step(ctx); err != nil {
 			return r.rows, err
 		}
