@@ -371,9 +371,9 @@ func countCode(results []purchaseResult, code string) int {
 	return n
 }
 
-// delRelease: A takes the lock of the last unit and works for 1s; its 500ms lease runs out and
-// B (one of two waiting buyers, 300ms of work each) takes the lock; A's client gives up at
-// 650ms (A writes nothing) and A's release runs: a plain DEL deletes B's lock, C takes it at
+// delRelease: A takes the lock of the last unit and works for 1s; once A is seen holding it, B
+// and C (300ms of work each) come and wait; A's 500ms lease runs out and B takes the lock; A's
+// client gives up 650ms after A took the lock (A writes nothing) and A's release runs: a plain DEL deletes B's lock, C takes it at
 // once, reads the stock B has not written yet, and both write. The fix: the same script with
 // the owner-checked release (fixed-lease: B's and C's work fits in the lease).
 func (r *pitfallRun) delRelease(ctx context.Context) error {
@@ -382,20 +382,66 @@ func (r *pitfallRun) delRelease(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		actx, hangUp := context.WithTimeout(ctx, pitfallLease+150*time.Millisecond)
+		actx, hangUp := context.WithCancel(ctx)
 		a := r.async(actx, r.apis[0], id, row.Strategy, time.Second)
-		time.Sleep(100 * time.Millisecond) // A holds the lock
+		// B and C come once A holds the lock (a key with a lease under the strategy's prefix),
+		// and A's client hangs up 150ms after A's lease ran out, whatever the machine's load.
+		held, err := r.awaitLeasedKey(ctx, row.Strategy)
+		if err != nil {
+			hangUp()
+			return err
+		}
+		if !held {
+			hangUp()
+			row.Verdict, row.Detail = "NO HOLDER", "A was never seen holding the lock"
+			if err := r.finish(ctx, row, id, []purchaseResult{a()}); err != nil {
+				return err
+			}
+			continue
+		}
+		timer := time.AfterFunc(pitfallLease+150*time.Millisecond, hangUp)
 		b := r.async(ctx, r.apis[1%len(r.apis)], id, row.Strategy, 300*time.Millisecond)
 		c := r.async(ctx, r.apis[2%len(r.apis)], id, row.Strategy, 300*time.Millisecond)
 		results := []purchaseResult{a(), b(), c()}
+		if !timer.Stop() && results[0].Status == 0 {
+			results[0].Code = "timeout" // A's client gave up: its own deadline, as a client's timeout
+		}
 		hangUp()
-		row.Detail = fmt.Sprintf("A (1s of work, %s lease) hangs up at %s after B took over: %s",
+		row.Detail = fmt.Sprintf("A (1s of work, %s lease) hangs up %s after it took the lock, after B took over: %s",
 			pitfallLease, pitfallLease+150*time.Millisecond, answerOf(results[0]))
 		if err := r.finish(ctx, row, id, results); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// awaitLeasedKey waits (bounded) until a key with a lease (a TTL) is under strategy's own
+// prefix: its lock is held (its fencing counter has no TTL). The catalogue reset before the
+// case deleted every key under the prefix.
+func (r *pitfallRun) awaitLeasedKey(ctx context.Context, strategy string) (bool, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		keys, err := r.keysUnder(ctx, strategy, r.info[strategy].RedisKeyPrefix)
+		if err != nil {
+			return false, err
+		}
+		for _, k := range keys {
+			ttl, err := r.rdb.PTTL(ctx, k).Result()
+			if err != nil {
+				return false, err
+			}
+			if ttl > 0 {
+				return true, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return false, nil
 }
 
 func answerOf(res purchaseResult) string {
