@@ -26,10 +26,11 @@ import (
 // for its next lock before both hold their first), and once its lock waits are over (neither
 // releases a lock before both waits ended). Two carts {A,B} and {B,A} then hold one lock
 // each and wait for each other's until their lock waits end, on every run.
-const (
-	faultBarrier  = "barrier"
-	HeaderBarrier = "X-Barrier" // the barrier's name: 1 to 64 letters, digits, '.', '_' or '-'
-)
+const faultBarrier = "barrier"
+
+// HeaderBarrier names the barrier of "X-Fault: barrier": 1 to 64 letters, digits, '.', '_' or
+// '-'. The carts that send one name meet.
+const HeaderBarrier = "X-Barrier"
 
 // barrierParties is how many carts meet at a barrier.
 const barrierParties = 2
