@@ -98,7 +98,7 @@ type api struct {
 	lease time.Duration
 	cat   Catalogue // nil in the supervisor (reset goes to an instance)
 	hc    *http.Client
-	// guard, when not nil, stands before the lab's mutating routes (run, pause, reset) and,
+	// guard, when not nil, stands before the lab's mutating routes (run, carts, pause, reset) and,
 	// in the supervisor, before the instances' lab routes and profiles: the admin token's
 	// check, for a demo that listens beyond loopback.
 	guard gin.HandlerFunc
