@@ -116,6 +116,58 @@ func TestLabInBrowser(t *testing.T) {
 	if *update {
 		shot(t, ctx, "../docs/lab-stall-replay.png")
 	}
+
+	// The cart pitfalls next to their fixes, on a fresh catalogue: the crossed carts of
+	// request-order are both refused at the lock wait; lock+guard sells both; two lines of one
+	// item checked one at a time oversell, merged they are refused.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("live")),
+		chromedp.Focus(chromedp.ID("reset")),
+		chromedp.KeyEvent("\r"),
+		browsertest.Void(chromedp.Poll[bool](`[...document.querySelectorAll('#item option')].every((o) => o.textContent.includes('(10 in stock)'))`,
+			chromedp.WithPollingTimeout(30*time.Second))),
+	))
+	fresh, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#item option')].map((o) => o.value)`))
+	require.NoError(t, err)
+	require.Len(t, fresh, 3, "the reset's new items")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("item"), fresh[0]),
+		chromedp.SetValue(chromedp.ID("work"), "100"),
+	))
+	verdict, err = cartForm(ctx, 1, "cart-order request-order")
+	require.NoError(t, err)
+	assert.Regexp(t, `^BLOCKED`, verdict)
+	assert.Contains(t, verdict, "sold 0 ")
+	assert.Contains(t, verdict, "lock_timeout 2")
+	verdict, err = cartForm(ctx, 2, "cart-order lock+guard")
+	require.NoError(t, err)
+	assert.Regexp(t, `^SAFE`, verdict)
+	assert.Contains(t, verdict, "sold 4 ")
+	verdict, err = cartForm(ctx, 3, "cart-lines line-by-line")
+	require.NoError(t, err)
+	assert.Regexp(t, `^OVERSOLD`, verdict)
+	assert.Contains(t, verdict, "item "+fresh[0]+" 8 → -8", "each line asked the 8 left after the two carts")
+	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("item"), fresh[2])))
+	verdict, err = cartForm(ctx, 4, "cart-lines guard")
+	require.NoError(t, err)
+	assert.Regexp(t, `^SAFE`, verdict)
+	assert.Contains(t, verdict, "insufficient_stock 1")
+}
+
+// cartForm picks a cart run (the value of the cart select: case and strategy), submits it
+// from the keyboard (Enter on Run carts), and waits for cart run number n's verdict, which
+// it returns.
+func cartForm(ctx context.Context, n int, value string) (string, error) {
+	err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("cart-case"), value),
+		chromedp.Focus(chromedp.ID("cart-run")),
+		chromedp.KeyEvent("\r"),
+		browsertest.Void(chromedp.Poll[bool](fmt.Sprintf(`document.body.dataset.cartRuns === "%d"`, n), chromedp.WithPollingTimeout(60*time.Second))),
+	)
+	if err != nil {
+		return "", err
+	}
+	return chromedp.Run(ctx, chromedp.Text(chromedp.ID("cart-verdict")))
 }
 
 // shot writes a screenshot of the whole page to path.

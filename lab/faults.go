@@ -16,7 +16,8 @@ import (
 
 // HeaderFault is the purchase header of the lab's faults: "stall" stops the purchase before
 // its write for longer than its lock's lease; "crash" (setnx-expire only) makes its lock's
-// holder die between SETNX and EXPIRE.
+// holder die between SETNX and EXPIRE. On the demo carts' checkout it takes "barrier"
+// (request-order only, with HeaderBarrier; carts.go).
 const HeaderFault = "X-Fault"
 
 // EventStall is the event of a purchase the stall fault stops before its write (StallMS).

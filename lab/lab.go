@@ -17,13 +17,18 @@
 //	GET  /api/events                 server-sent lock and purchase events of this process
 //	GET  /api/lab                    the instances, the lease, and whether Pause is offered
 //	POST /api/lab/run                a burst of buyers with a fault, and its verdict
+//	POST /api/lab/carts              a cart pitfall or its fix (two crossed carts, or one cart
+//	                                 of two lines of one item), and its verdict
+//	POST /api/lab/checkout           a cart of a demo cart strategy, with the barrier fault
+//	                                 (one storefront process; carts.go)
 //	POST /api/lab/pause              SIGSTOP an item's lock holder (supervisor only)
 //	POST /api/lab/reset              the lab catalogue (one storefront process)
 //	ANY  /i/:index/*path             instance index's API (supervisor only)
 //
-// The three POSTs, and an instance's lab POSTs and profiles under /i/, take the admin token
-// when the demo listens beyond loopback (StorefrontConfig.RequireToken,
-// SupervisorConfig.RequireToken); on loopback they take none.
+// Run, carts, pause and reset, and an instance's lab POSTs and profiles under /i/, take the
+// admin token when the demo listens beyond loopback (StorefrontConfig.RequireToken,
+// SupervisorConfig.RequireToken); on loopback they take none. A process's own
+// /api/lab/checkout sells, as a purchase does: it takes no token.
 package lab
 
 import (
@@ -79,10 +84,12 @@ var (
 		Message: "pausing a lock holder needs --instances N: a process holding a lock cannot resume itself, so the supervisor sends the signals"}
 )
 
-// Catalogue is what the lab's reset needs of the inventory service (*inventory.Service).
+// Catalogue is what the lab needs of the inventory service (*inventory.Service): the lab
+// catalogue's reset, and the demo carts' checkout.
 type Catalogue interface {
 	Reset(ctx context.Context, items []inventory.NewItem) error
 	ListItems(ctx context.Context) ([]inventory.Item, error)
+	Carts
 }
 
 // api serves the lab's API for one demo process, or for a supervisor.
@@ -91,7 +98,7 @@ type api struct {
 	lease time.Duration
 	cat   Catalogue // nil in the supervisor (reset goes to an instance)
 	hc    *http.Client
-	// guard, when not nil, stands before the lab's mutating routes (run, pause, reset) and,
+	// guard, when not nil, stands before the lab's mutating routes (run, carts, pause, reset) and,
 	// in the supervisor, before the instances' lab routes and profiles: the admin token's
 	// check, for a demo that listens beyond loopback.
 	guard gin.HandlerFunc
@@ -135,6 +142,7 @@ func (l *api) routes(r gin.IRoutes) {
 	}
 	r.GET("/api/lab", small, l.info)
 	r.POST("/api/lab/run", guarded(l.run)...)
+	r.POST("/api/lab/carts", guarded(l.carts)...)
 	r.POST("/api/lab/pause", guarded(l.pause)...)
 	if l.cat != nil {
 		r.POST("/api/lab/reset", guarded(l.reset)...)

@@ -59,8 +59,9 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	t.Cleanup(cancel)
 	sf := lab.NewStorefront(sctx, lab.StorefrontConfig{Redis: rdb, Lease: opts.lease, LockWait: opts.lockWait, StallFor: 3 * opts.lease, Strategy: inventory.StrategyLockGuard})
 	t.Cleanup(func() { _ = sf.Close() })
+	held := &inventory.LockSet{} // /api/debug/locks, as the command wires it
 	lockOpts := &locking.Options{KeyPrefix: inventory.LockKeyPrefix, Lease: opts.lease, Wait: opts.lockWait,
-		CallTimeout: opts.lease / 4, Hooks: sf.LockHooks()}
+		CallTimeout: opts.lease / 4, Hooks: locking.JoinHooks(sf.LockHooks(), held.Hooks(inventory.LockKeyPrefix))}
 	lc := locking.New(rdb, lockOpts)
 	t.Cleanup(func() { _ = lc.Close() })
 	icfg := inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Default: inventory.StrategyLockGuard}
@@ -68,7 +69,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	svc, err := inventory.NewService(icfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Close() })
-	hcfg := handlers.Config{Service: svc, Demo: true, DefaultStrategy: inventory.StrategyLockGuard,
+	hcfg := handlers.Config{Service: svc, Demo: true, DefaultStrategy: inventory.StrategyLockGuard, Debug: held,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	sf.Handlers(&hcfg, svc)
 	e := &env{t: t, events: sf.Events(), srv: httptest.NewUnstartedServer(handlers.New(hcfg))}

@@ -74,13 +74,15 @@ func (s *Storefront) Inventory(icfg *inventory.Config, lockOpts *locking.Options
 }
 
 // Handlers adds the lab to the handlers' configuration: the faults of X-Fault, the lab page,
-// /api/events and the lab's API (its reset loads the lab catalogue into cat).
+// /api/events, the demo carts' checkout (sold by cat) and the lab's API (its reset loads the
+// lab catalogue into cat).
 func (s *Storefront) Handlers(hcfg *handlers.Config, cat Catalogue) {
 	l := &api{lease: s.cfg.Lease, cat: cat, hc: newLabClient(), guard: guardFor(s.cfg.RequireToken, hcfg.AdminToken)}
 	hcfg.Intercept = s.faults
 	hcfg.Pages = pages()
 	hcfg.Extend = func(r *gin.Engine) {
 		r.GET("/api/events", handlers.LimitBody(handlers.MaxBodyBytes), s.events.Serve)
+		r.POST("/api/lab/checkout", handlers.LimitBody(handlers.MaxBodyBytes), s.checkout(cat))
 		l.routes(r)
 	}
 }

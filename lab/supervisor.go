@@ -68,7 +68,7 @@ type SupervisorConfig struct {
 //
 //	GET  /, /static/*               the lab page
 //	GET  /api/lab                   the instances, the lease, and that Pause is offered
-//	POST /api/lab/run, /api/lab/pause
+//	POST /api/lab/run, /api/lab/carts, /api/lab/pause
 //	ANY  /i/:index/*path            instance index's API (e.g. /i/0/api/events)
 //	GET  /healthz
 type Supervisor struct {

@@ -20,8 +20,9 @@ import (
 )
 
 // The pitfalls scenario (-scenario pitfalls) runs every broken lock (SETNX then EXPIRE, release
-// by a plain DEL, a fixed lease without a watchdog) and lockless alternative (an optimistic
-// version check, the stock kept in Redis) next to its fix, each under a script that makes the failure happen on every
+// by a plain DEL, a fixed lease without a watchdog), lockless alternative (an optimistic
+// version check, the stock kept in Redis) and broken cart (locks taken in request order, lines
+// checked one at a time) next to its fix, each under a script that makes the failure happen on every
 // run: the lease, the work, the order of the buyers and the faults are fixed, and every step
 // waits for the condition it needs (a lock held, a lease run out) with margins of hundreds of
 // milliseconds. The instances run with a short lease and lock wait:
@@ -79,6 +80,14 @@ var pitfallScript = []pitfallRow{
 		Lesson: "WATCH/MULTI/EXEC is exact on the mirror, and loses with it: the check is only as durable as Redis"},
 	{Case: "redis-stock", Strategy: "redis-stock+guard", Role: roleFix, Expected: verdict.Safe,
 		Lesson: "let the database's conditional update have the last word; give refused units back to the mirror"},
+	{Case: "cart-order", Strategy: strategyRequestOrder, Role: rolePitfall, Expected: verdict.Blocked,
+		Lesson: "carts that lock their items in request order deadlock: {A,B} holds A and waits for B, {B,A} holds B and waits for A, until the lock wait ends"},
+	{Case: "cart-order", Strategy: "lock+guard", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "take a cart's locks in one canonical order (sorted), all or none: the second cart waits for the first, and both sell"},
+	{Case: "cart-lines", Strategy: strategyLineByLine, Role: rolePitfall, Expected: verdict.Oversold,
+		Lesson: "check a cart as a whole: two lines of one item each fit the stock alone, and together take more than there is"},
+	{Case: "cart-lines", Strategy: "guard", Role: roleFix, Expected: verdict.Safe,
+		Lesson: "merge the lines of one item, then check and write them in one transaction (the guarded update): the cart is refused"},
 }
 
 // scripted returns the rows of case c of the script, in order.
@@ -135,11 +144,12 @@ func RunPitfalls(ctx context.Context, cfg Config, logw io.Writer) ([]pitfallRow,
 		r.info[in.Name] = in
 	}
 	for _, row := range pitfallScript {
-		if _, ok := r.info[row.Strategy]; !ok {
+		if _, ok := r.info[row.Strategy]; !ok && !demoCartStrategies[row.Strategy] {
 			return nil, fmt.Errorf("the storefront does not offer strategy %q (GET /api/strategies)", row.Strategy)
 		}
 	}
-	for _, step := range []func(context.Context) error{r.setnxExpire, r.delRelease, r.fixedLease, r.optimistic, r.redisStock} {
+	for _, step := range []func(context.Context) error{r.setnxExpire, r.delRelease, r.fixedLease, r.optimistic, r.redisStock,
+		r.cartOrder, r.cartLines} {
 		if err := step(ctx); err != nil {
 			return r.rows, err
 		}
@@ -361,9 +371,9 @@ func countCode(results []purchaseResult, code string) int {
 	return n
 }
 
-// delRelease: A takes the lock of the last unit and works for 1s; its 500ms lease runs out and
-// B (one of two waiting buyers, 300ms of work each) takes the lock; A's client gives up at
-// 650ms (A writes nothing) and A's release runs: a plain DEL deletes B's lock, C takes it at
+// delRelease: A takes the lock of the last unit and works for 1s; once A is seen holding it, B
+// and C (300ms of work each) come and wait; A's 500ms lease runs out and B takes the lock; A's
+// client gives up 650ms after A took the lock (A writes nothing) and A's release runs: a plain DEL deletes B's lock, C takes it at
 // once, reads the stock B has not written yet, and both write. The fix: the same script with
 // the owner-checked release (fixed-lease: B's and C's work fits in the lease).
 func (r *pitfallRun) delRelease(ctx context.Context) error {
@@ -372,20 +382,66 @@ func (r *pitfallRun) delRelease(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		actx, hangUp := context.WithTimeout(ctx, pitfallLease+150*time.Millisecond)
+		actx, hangUp := context.WithCancel(ctx)
 		a := r.async(actx, r.apis[0], id, row.Strategy, time.Second)
-		time.Sleep(100 * time.Millisecond) // A holds the lock
+		// B and C come once A holds the lock (a key with a lease under the strategy's prefix),
+		// and A's client hangs up 150ms after A's lease ran out, whatever the machine's load.
+		held, err := r.awaitLeasedKey(ctx, row.Strategy)
+		if err != nil {
+			hangUp()
+			return err
+		}
+		if !held {
+			hangUp()
+			row.Verdict, row.Detail = "NO HOLDER", "A was never seen holding the lock"
+			if err := r.finish(ctx, row, id, []purchaseResult{a()}); err != nil {
+				return err
+			}
+			continue
+		}
+		timer := time.AfterFunc(pitfallLease+150*time.Millisecond, hangUp)
 		b := r.async(ctx, r.apis[1%len(r.apis)], id, row.Strategy, 300*time.Millisecond)
 		c := r.async(ctx, r.apis[2%len(r.apis)], id, row.Strategy, 300*time.Millisecond)
 		results := []purchaseResult{a(), b(), c()}
+		if !timer.Stop() && results[0].Status == 0 {
+			results[0].Code = "timeout" // A's client gave up: its own deadline, as a client's timeout
+		}
 		hangUp()
-		row.Detail = fmt.Sprintf("A (1s of work, %s lease) hangs up at %s after B took over: %s",
+		row.Detail = fmt.Sprintf("A (1s of work, %s lease) hangs up %s after it took the lock, after B took over: %s",
 			pitfallLease, pitfallLease+150*time.Millisecond, answerOf(results[0]))
 		if err := r.finish(ctx, row, id, results); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// awaitLeasedKey waits (bounded) until a key with a lease (a TTL) is under strategy's own
+// prefix: its lock is held (its fencing counter has no TTL). The catalogue reset before the
+// case deleted every key under the prefix.
+func (r *pitfallRun) awaitLeasedKey(ctx context.Context, strategy string) (bool, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		keys, err := r.keysUnder(ctx, strategy, r.info[strategy].RedisKeyPrefix)
+		if err != nil {
+			return false, err
+		}
+		for _, k := range keys {
+			ttl, err := r.rdb.PTTL(ctx, k).Result()
+			if err != nil {
+				return false, err
+			}
+			if ttl > 0 {
+				return true, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return false, nil
 }
 
 func answerOf(res purchaseResult) string {

@@ -28,6 +28,8 @@ func TestPitfallsScenario(t *testing.T) {
 		{"fixed-lease", verdict.Oversold}, {"lock", verdict.Safe}, {"lock+guard", verdict.Safe},
 		{"optimistic", verdict.Safe},
 		{"redis-stock", verdict.Oversold}, {"watch", verdict.Oversold}, {"redis-stock+guard", verdict.Safe},
+		{"request-order", verdict.Blocked}, {"lock+guard", verdict.Safe},
+		{"line-by-line", verdict.Oversold}, {"guard", verdict.Safe},
 	}
 	require.Len(t, rows, len(want))
 	for i, w := range want {
@@ -37,6 +39,18 @@ func TestPitfallsScenario(t *testing.T) {
 		assert.NotEmpty(t, rows[i].Lesson)
 	}
 	assert.Contains(t, rows[0].Detail, "deleted by the scenario afterwards", "the no-TTL key is not left behind")
+	// The cart rows: the crossed carts are both refused at the lock wait with nothing sold, and
+	// both sell in the canonical order; the lines checked one at a time sell 2 of 1, merged
+	// they are refused.
+	carts := rows[len(rows)-4:]
+	assert.Equal(t, map[string]int{"lock_timeout": 2}, carts[0].Answers, carts[0].Detail)
+	assert.Equal(t, [2]int{0, 10}, [2]int{carts[0].Sold, carts[0].Initial})
+	assert.Equal(t, map[string]int{"201": 2}, carts[1].Answers, carts[1].Detail)
+	assert.Equal(t, [2]int{4, 10}, [2]int{carts[1].Sold, carts[1].Initial})
+	assert.Equal(t, map[string]int{"201": 1}, carts[2].Answers, carts[2].Detail)
+	assert.Equal(t, [2]int{2, 1}, [2]int{carts[2].Sold, carts[2].Initial})
+	assert.Equal(t, map[string]int{"insufficient_stock": 1}, carts[3].Answers, carts[3].Detail)
+	assert.Equal(t, [2]int{0, 1}, [2]int{carts[3].Sold, carts[3].Initial})
 	assert.Equal(t, 0, writePitfalls(tlog{t}, rows))
 }
 

@@ -198,6 +198,39 @@ function showVerdict(r) {
   document.body.dataset.runs = Number(document.body.dataset.runs || 0) + 1;
 }
 
+// A cart pitfall, or its fix: A is the chosen item, B the next one of the catalogue.
+async function doCarts(e) {
+  e.preventDefault();
+  const [kase, strategy] = $('cart-case').value.split(' ');
+  const a = Number($('item').value);
+  const ids = lab.items.map((it) => it.id);
+  const b = ids[(ids.indexOf(a) + 1) % ids.length];
+  const req = { case: kase, strategy, items: kase === 'cart-order' ? [a, b] : [a], work_ms: Number($('work').value) };
+  $('cart-run').disabled = true;
+  goLive();
+  $('cart-verdict').className = 'verdict running';
+  $('cart-verdict').textContent = `Running: ${strategy}… the verdict follows when every cart has its answer.`;
+  try {
+    const r = await api('/api/lab/carts', { method: 'POST', body: JSON.stringify(req) });
+    const safe = r.verdict === 'SAFE';
+    const carts = r.carts.map((c) => `{${c.map((l) => `${l.item_id}×${l.quantity}`).join(', ')}}`).join(' and ');
+    const answers = Object.entries(r.answers).map(([k, n]) => `${k} ${n}`).join(', ');
+    const stock = r.stock.map((s) => `item ${s.item} ${s.stock_before} → ${s.stock_after}`).join(', ');
+    $('cart-verdict').className = `verdict ${safe ? 'safe' : 'bad'}`;
+    $('cart-verdict').innerHTML = `<span class="${safe ? 'safe-word' : 'bad-word'}">${esc(r.verdict)}</span> · ${esc(strategy)}, ` +
+      `carts ${esc(carts)}: sold ${r.sold} (${esc(stock)}), oversold ${r.oversold} · answers: ${esc(answers)}` +
+      `${r.note ? ' · ' + esc(r.note) : ''}`;
+  } catch (err) {
+    $('cart-verdict').className = 'verdict bad';
+    $('cart-verdict').textContent = `Cart run failed: ${err.message}`;
+  } finally {
+    document.body.dataset.cartRuns = Number(document.body.dataset.cartRuns || 0) + 1;
+    $('cart-run').disabled = false;
+    await loadStats();
+    fillItems(await api(`${base0()}/api/items`));
+  }
+}
+
 async function doPause() {
   const item = Number($('item').value);
   try {
@@ -244,6 +277,7 @@ async function start() {
   await loadStats();
   info.instances.forEach(connect);
   $('controls').onsubmit = doRun;
+  $('carts').onsubmit = doCarts;
   $('pause').onclick = doPause;
   $('reset').onclick = doReset;
   $('item').onchange = renderLanes;
