@@ -204,9 +204,35 @@ func TestShopCartInBrowser(t *testing.T) {
 	assert.Equal(t, "1 × Anorak", eval(`document.querySelector('#cart-lines li span').textContent`))
 	assert.Equal(t, "cart-heading", focused(), "focus leaves the Confirm button that went")
 
+	// A page whose count lags (a background tab's timers are throttled): the page's clock
+	// stops while the server's hold runs out, and Confirm is answered 410, shown as expired.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("hold")), chromedp.KeyEvent("\r"), waitStatus(`^Hold \d+ placed`),
+		browsertest.Void(chromedp.Evaluate[any](`(() => { const t = performance.now(); performance.now = () => t; })()`))))
+	assert.Equal(t, "confirm", focused())
+	var holdID int64
+	_, err := fmt.Sscanf(eval(`document.getElementById('hold-heading').textContent`), "Hold %d", &holdID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var h struct{ Status string }
+		return s.call("GET", fmt.Sprintf("/api/holds/%d", holdID), "", &h) == 200 && h.Status == "expired"
+	}, 20*time.Second, 100*time.Millisecond)
+	assert.NotEqual(t, "expired", eval(`document.getElementById('countdown').textContent`), "the page's count has not run out")
+	require.NoError(t, chromedp.Do(ctx, chromedp.KeyEvent("\r"),
+		waitStatus(fmt.Sprintf(`^Not confirmed: hold %d expired before it was confirmed\.`, holdID)),
+		browsertest.Void(chromedp.Evaluate[any](`delete performance.now`))))
+	assert.Equal(t, "expired", eval(`document.getElementById('countdown').textContent`))
+	assert.Equal(t, "cart-heading", focused())
+	assert.Equal(t, "1 × Anorak", eval(`[...document.querySelectorAll('#cart-lines li span')].map((e) => e.textContent).join('|')`))
+
 	width, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.documentElement.scrollWidth`))
 	require.NoError(t, err)
 	assert.LessOrEqual(t, width, 390.0, "the page is no wider than the phone")
+
+	// The server stops: checkout says so in words, the cart and its button stay usable.
+	require.Equal(t, 0, s.shutdown())
+	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("checkout")), chromedp.KeyEvent("\r"), waitStatus(`^Not bought: the shop cannot be reached`)))
+	assert.Equal(t, "false", eval(`String(document.getElementById('checkout').disabled)`))
+	assert.Equal(t, "1 × Anorak", eval(`document.querySelector('#cart-lines li span').textContent`))
 	uncaught, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.uncaught`))
 	require.NoError(t, err)
 	assert.Empty(t, uncaught)
