@@ -11,15 +11,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/dbtest"
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
 )
 
 // GET /api/orders shows every order's lines: a purchase keeps its item_id and quantity and
 // has one line; a cart's order of several items has item_id 0, the sum of its lines as its
-// quantity, and one line per item.
-func TestOrdersShowLines(t *testing.T) {
-	e := newEnv(t, envOptions{redis: redistest.Start(t)})
+// quantity, and one line per item. On both database backends.
+func TestOrdersShowLines(t *testing.T) { dbs.ForEach(t, testOrdersShowLines) }
+
+func testOrdersShowLines(t *testing.T, be dbtest.Backend) {
+	e := newEnv(t, envOptions{redis: redistest.Start(t), backend: &be})
 	require.Equal(t, http.StatusCreated, e.do("POST", "/api/items/1/purchase", `{"quantity":2}`).status)
 	cart := e.do("POST", "/api/checkout", `{"lines":[{"item_id":2,"quantity":3},{"item_id":1,"quantity":1}]}`)
 	require.Equal(t, http.StatusCreated, cart.status, "%s", cart.body)
@@ -157,8 +160,11 @@ func TestCartsRefuseInjectedFaults(t *testing.T) {
 }
 
 // A hold's answer carries the database's clock (now): a client counts down expires_at − now.
-func TestHoldAnswerCarriesNow(t *testing.T) {
-	e := newEnv(t, envOptions{})
+// On both database backends.
+func TestHoldAnswerCarriesNow(t *testing.T) { dbs.ForEach(t, testHoldAnswerCarriesNow) }
+
+func testHoldAnswerCarriesNow(t *testing.T, be dbtest.Backend) {
+	e := newEnv(t, envOptions{backend: &be})
 	var h struct {
 		ID        int64     `json:"id"`
 		ExpiresAt time.Time `json:"expires_at"`
