@@ -128,6 +128,10 @@ func TestShopCartInBrowser(t *testing.T) {
 	// One Boots: Enter in the quantity field adds it too.
 	require.NoError(t, chromedp.Do(ctx, qty(boots), chromedp.KeyEvent("\r"), waitStatus(`Added 1 × Boots`)))
 	assert.Equal(t, "2 × Anorak|1 × Boots", eval(`[...document.querySelectorAll('#cart-lines li span')].map((e) => e.textContent).join('|')`))
+	// The link at the top tells the cart's size and takes the keyboard past the list to it.
+	assert.Equal(t, "Cart: 2 lines, 3 units", eval(`document.getElementById('cart-link').textContent`))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("cart-link")), chromedp.KeyEvent("\r"),
+		browsertest.Void(chromedp.Poll[bool](`document.activeElement.id === 'cart-heading'`, chromedp.WithPollingTimeout(10*time.Second)))))
 
 	// Checkout: the order is shown, focus on its heading, and the API has its two lines.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("checkout")), chromedp.KeyEvent("\r"),

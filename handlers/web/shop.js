@@ -42,7 +42,7 @@ async function load() {
       <button type="button" data-id="${it.id}" aria-describedby="name-${it.id}" ${sold ? 'disabled' : ''}>Buy one</button>
       <div class="add">
         <label for="qty-${it.id}">Quantity</label>
-        <input type="number" id="qty-${it.id}" inputmode="numeric" min="1" max="${maxQuantity}" value="1" ${sold ? 'disabled' : ''}>
+        <input type="number" id="qty-${it.id}" aria-describedby="name-${it.id}" inputmode="numeric" min="1" max="${maxQuantity}" value="1" ${sold ? 'disabled' : ''}>
         <button type="button" data-add="${it.id}" aria-describedby="name-${it.id}" ${sold ? 'disabled' : ''}>Add to cart</button>
       </div></li>`;
   }).join('');
@@ -153,6 +153,9 @@ function renderCart() {
     return `<li data-line="${id}"${short.has(id) ? ' class="short"' : ''}><span>${q} × ${name}${note}</span>
       <button type="button" data-remove="${id}" aria-label="Remove ${name} from the cart">Remove</button></li>`;
   }).join('');
+  const units = lines.reduce((n, [, q]) => n + q, 0);
+  $('cart-link').textContent = lines.length === 0 ? 'Cart: empty'
+    : `Cart: ${lines.length} ${lines.length === 1 ? 'line' : 'lines'}, ${units} ${units === 1 ? 'unit' : 'units'}`;
   $('checkout').disabled = busy || lines.length === 0;
   $('hold').disabled = busy || lines.length === 0 || (hold !== null && !hold.ended);
 }
