@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,10 +131,10 @@ func (testFault) BeforeWrite(context.Context, int64, string) error     { return 
 // interceptor is refused in words (400), its refusal is answered as it classifies, and a
 // request it leaves alone sells.
 func TestCartsRefuseInjectedFaults(t *testing.T) {
-	asked := 0
+	var asked atomic.Int32
 	e := newEnv(t, envOptions{redis: redistest.Start(t), configure: func(c *handlers.Config) {
 		c.Intercept = func(r *http.Request) (inventory.Interceptor, error) {
-			asked++
+			asked.Add(1)
 			switch r.Header.Get("X-Test-Fault") {
 			case "":
 				return nil, nil
@@ -156,7 +157,7 @@ func TestCartsRefuseInjectedFaults(t *testing.T) {
 	assert.Contains(t, string(e.do("GET", "/api/items/1", "").body), `"stock":8`, "the refused requests wrote nothing")
 	assert.Equal(t, http.StatusCreated, e.do("POST", "/api/items/1/purchase", `{"quantity":1}`, "X-Test-Fault: stall").status,
 		"a purchase runs through its fault")
-	assert.Equal(t, 7, asked)
+	assert.Equal(t, int32(7), asked.Load(), "asked once per cart, hold and purchase request")
 }
 
 // A hold's answer carries the database's clock (now): a client counts down expires_at − now.
