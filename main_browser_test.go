@@ -133,7 +133,25 @@ func TestShopCartInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("cart-link")), chromedp.KeyEvent("\r"),
 		browsertest.Void(chromedp.Poll[bool](`document.activeElement.id === 'cart-heading'`, chromedp.WithPollingTimeout(10*time.Second)))))
 
-	// Checkout: the order is shown, focus on its heading, and the API has its two lines.
+	// Checkout, whose first answer is lost on the way back (the page's fetch fails after the
+	// server sold the cart): the page says it does not know, and checking out again replays
+	// the order under the same Idempotency-Key instead of selling the cart twice.
+	require.NoError(t, chromedp.Do(ctx, browsertest.Void(chromedp.Evaluate[any](`(() => {
+		const real = window.fetch;
+		window.fetch = async (url, init) => {
+			const res = await real(url, init);
+			if (String(url).endsWith('/api/checkout') && !window.lostOne) {
+				window.lostOne = true;
+				throw new TypeError('Failed to fetch');
+			}
+			return res;
+		};
+	})()`)), chromedp.Focus(chromedp.ID("checkout")), chromedp.KeyEvent("\r"), waitStatus(`^Not known to be bought`)))
+	assert.Equal(t, "status", focused(), "the keyboard is on the words that say so")
+	assert.Equal(t, "2 × Anorak|1 × Boots", eval(`[...document.querySelectorAll('#cart-lines li span')].map((e) => e.textContent).join('|')`),
+		"the cart is kept")
+	// Checkout again: the order is shown, focus on its heading, and the API has one order with
+	// its two lines.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("checkout")), chromedp.KeyEvent("\r"),
 		waitStatus(`^Order \d+ placed: 2 × Anorak, 1 × Boots\.$`)))
 	assert.Equal(t, "order-heading", focused())
@@ -234,7 +252,7 @@ func TestShopCartInBrowser(t *testing.T) {
 
 	// The server stops: checkout says so in words, the cart and its button stay usable.
 	require.Equal(t, 0, s.shutdown())
-	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("checkout")), chromedp.KeyEvent("\r"), waitStatus(`^Not bought: the shop cannot be reached`)))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("checkout")), chromedp.KeyEvent("\r"), waitStatus(`^Not known to be bought: the shop cannot be reached`)))
 	assert.Equal(t, "false", eval(`String(document.getElementById('checkout').disabled)`))
 	assert.Equal(t, "1 × Anorak", eval(`document.querySelector('#cart-lines li span').textContent`))
 	uncaught, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.uncaught`))

@@ -13,8 +13,12 @@ const cart = new Map(); // item id (a string) -> quantity, in the order the line
 let hold = null; // the hold on show: {id, lines, deadline (performance.now() ms), timer, ended}
 let busy = false; // a cart or hold request is on its way: its buttons wait
 let short = new Map(); // item id -> units available, of the lines the last refusal named
+// cartKey is the Idempotency-Key of the cart's checkout: kept while the answer is unknown (the
+// shop unreachable, or busy), so that checking out the same cart again replays an order that
+// went through instead of placing a second one; a new cart (any change) gets a new key.
+let cartKey = null;
 
-// A random key per click: a retry of the same click would reuse it (replayed, not sold twice).
+// A random key per request: a retry of the same request reuses it (replayed, not sold twice).
 function idempotencyKey() {
   const b = crypto.getRandomValues(new Uint8Array(16));
   return 'shop-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
@@ -125,6 +129,7 @@ function addToCart(id, stay) {
   }
   cart.set(id, total);
   short.delete(id);
+  cartKey = null;
   renderCart();
   say(`Added ${q} × ${name} to the cart (${total} in the cart, ${cart.size} ${cart.size === 1 ? 'line' : 'lines'}).`);
   stay.focus();
@@ -135,6 +140,7 @@ function removeLine(id) {
   const at = ids.indexOf(id);
   cart.delete(id);
   short.delete(id);
+  cartKey = null;
   renderCart();
   say(`Removed ${nameOf(id)} from the cart.`);
   const rest = [...cart.keys()];
@@ -226,21 +232,25 @@ async function checkout() {
   setBusy(true);
   let message;
   let target = $('status');
+  cartKey ??= idempotencyKey();
   try {
-    const { res, body } = await call('POST', '/api/checkout', cartBody(), { 'Idempotency-Key': idempotencyKey() });
+    const { res, body } = await call('POST', '/api/checkout', cartBody(), { 'Idempotency-Key': cartKey });
     if (res.ok && Array.isArray(body?.lines)) {
       cart.clear();
       short.clear();
+      cartKey = null;
       showOrder(body, 'Order');
       message = `Order ${body.order_id} placed: ${describe(body.lines)}.`;
       target = $('order-heading');
     } else {
+      if (res.status < 500) cartKey = null; // refused: nothing was sold under the key
       message = `Not bought: ${cartRefusal(body)}`;
       short = shortOf(body);
       target = $('cart-heading');
     }
   } catch {
-    message = `Not bought: ${unreachable}`;
+    message = 'Not known to be bought: the shop cannot be reached (is the server running?). ' +
+      'Check out again once it is back: if this cart was sold, its order is shown, never placed twice.';
   }
   await finish(message, target);
 }
