@@ -189,6 +189,12 @@ func TestShopCartInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, browsertest.Void(chromedp.Poll[bool](
 		fmt.Sprintf(`document.getElementById('countdown').textContent !== %q`, first), chromedp.WithPollingTimeout(10*time.Second)))),
 		"the countdown runs")
+	// Nine and a half minutes later by the page's clock, the last minute is said once.
+	require.NoError(t, chromedp.Do(ctx,
+		browsertest.Void(chromedp.Evaluate[any](`(() => { const real = performance.now.bind(performance); performance.now = () => real() + 570e3; })()`)),
+		waitStatus(`^Hold \d+: one minute left to confirm it\.$`),
+		browsertest.Void(chromedp.Evaluate[any](`delete performance.now`))))
+	assert.Equal(t, "confirm", focused(), "said, not focused")
 	var it item
 	require.Equal(t, 200, s.call("GET", fmt.Sprintf("/api/items/%d", capID), "", &it))
 	assert.Equal(t, 1, it.Stock, "the held unit is off the stock")

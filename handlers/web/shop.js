@@ -291,7 +291,8 @@ function serverLeft(h, res) {
 
 function showHold(h, res) {
   stopTimer();
-  hold = { id: h.id, lines: h.lines, deadline: 0, timer: 0, ended: false };
+  // warned: the last minute was announced (only a hold placed with more than a minute left).
+  hold = { id: h.id, lines: h.lines, deadline: 0, timer: 0, ended: false, warned: !(serverLeft(h, res) > 60e3) };
   $('hold-heading').textContent = `Hold ${h.id}`;
   $('hold-lines').innerHTML = h.lines.map((l) => `<li>${l.quantity} × ${esc(nameOf(l.item_id))}</li>`).join('');
   $('hold-box').hidden = false;
@@ -323,6 +324,10 @@ function tick() {
   if (ms > 0) {
     const s = Math.ceil(ms / 1000);
     $('countdown').textContent = `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+    if (s <= 60 && !hold.warned) { // the timer is not read out: the last minute is said once
+      hold.warned = true;
+      say(`Hold ${hold.id}: one minute left to confirm it.`);
+    }
     return;
   }
   stopTimer();
