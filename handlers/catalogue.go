@@ -39,23 +39,31 @@ func ItemViews(items []inventory.Item) []ItemView {
 }
 
 // orderView is an order as the API shows it; idempotency_key is null when none was sent.
+// Lines are its items, ascending by item id: one line for a purchase (the same item_id and
+// quantity as the order's), one per item for a cart's order, whose item_id is 0 when it has
+// several lines and whose quantity is the sum of its lines.
 type orderView struct {
-	OrderID        int64     `json:"order_id"`
-	ItemID         int64     `json:"item_id"`
-	Quantity       int       `json:"quantity"`
-	Strategy       string    `json:"strategy"`
-	FenceToken     int64     `json:"fence_token"`
-	IdempotencyKey *string   `json:"idempotency_key"`
-	Degraded       bool      `json:"degraded,omitempty"`
-	BatchID        int64     `json:"batch_id"`
-	CreatedAt      time.Time `json:"created_at"`
+	OrderID        int64                `json:"order_id"`
+	ItemID         int64                `json:"item_id"`
+	Quantity       int                  `json:"quantity"`
+	Lines          []inventory.CartLine `json:"lines"`
+	Strategy       string               `json:"strategy"`
+	FenceToken     int64                `json:"fence_token"`
+	IdempotencyKey *string              `json:"idempotency_key"`
+	Degraded       bool                 `json:"degraded,omitempty"`
+	BatchID        int64                `json:"batch_id"`
+	CreatedAt      time.Time            `json:"created_at"`
 }
 
-func newOrderViews(orders []inventory.Order) []orderView {
+func newOrderViews(orders []inventory.Order, lines map[int64][]inventory.CartLine) []orderView {
 	views := make([]orderView, 0, len(orders))
 	for _, o := range orders {
+		ls := lines[o.ID]
+		if ls == nil {
+			ls = []inventory.CartLine{} // an order deleted by a reset between the two reads
+		}
 		views = append(views, orderView{
-			OrderID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Strategy: o.Strategy,
+			OrderID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Lines: ls, Strategy: o.Strategy,
 			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, Degraded: o.Degraded, BatchID: o.BatchID, CreatedAt: o.CreatedAt,
 		})
 	}
@@ -97,7 +105,16 @@ func (s *server) listOrders(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, newOrderViews(orders))
+	ids := make([]int64, len(orders))
+	for i, o := range orders {
+		ids[i] = o.ID
+	}
+	lines, err := s.svc.OrderLines(c.Request.Context(), ids)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, newOrderViews(orders, lines))
 }
 
 // parseOrderQuery reads item_id (> 0), after_id (>= 0) and limit (1..1000, default 100).

@@ -23,6 +23,8 @@ type Carts interface {
 	GetHold(ctx context.Context, id int64) (inventory.StockHold, error)
 	ConfirmHold(ctx context.Context, id int64) (inventory.CartReceipt, error)
 	CancelHold(ctx context.Context, id int64) error
+	// OrderLines gives GET /api/orders the lines of the orders it lists.
+	OrderLines(ctx context.Context, ids []int64) (map[int64][]inventory.CartLine, error)
 }
 
 // cartRoutes registers the cart and hold routes:
@@ -43,12 +45,42 @@ type Carts interface {
 // Every other error is the one error shape of every route. Confirming an expired hold is 410
 // hold_expired; confirming a cancelled hold or cancelling a confirmed one is 409
 // hold_not_active.
+//
+// Carts are wired as purchases are: a checkout, a hold's placement and its confirmation each
+// take one of the purchases in flight of Config.MaxPurchases (bound: 503 at_capacity past
+// it); a cancel takes none (it only gives units back). The service admits a checkout and a
+// placement through the per-item admission limit of every item of the cart. /metrics counts
+// every answer of these routes by result (counted). Config.Intercept acts on single purchases
+// only: a cart or hold request it would give an interceptor is refused (singlePurchaseFaults).
 func (s *server) cartRoutes(api *gin.RouterGroup, limit gin.HandlerFunc) {
-	api.POST("/checkout", limit, s.checkout)
-	api.POST("/holds", limit, s.placeHold)
+	api.POST("/checkout", s.counted(cartCheckout), s.bound, limit, s.checkout)
+	api.POST("/holds", s.counted(cartPlace), s.bound, limit, s.placeHold)
 	api.GET("/holds/:id", limit, s.getHold)
-	api.POST("/holds/:id/confirm", limit, s.confirmHold)
-	api.DELETE("/holds/:id", limit, s.cancelHold)
+	api.POST("/holds/:id/confirm", s.counted(cartConfirm), s.bound, limit, s.confirmHold)
+	api.DELETE("/holds/:id", s.counted(cartCancel), limit, s.cancelHold)
+}
+
+// errFaultsSinglePurchase refuses a cart or hold request that Config.Intercept would act on.
+var errFaultsSinglePurchase = fmt.Errorf("%w: injected faults act on single purchases only (POST /api/items/:id/purchase); "+
+	"send this cart or hold without them", inventory.ErrInvalid)
+
+// singlePurchaseFaults asks Config.Intercept about a cart or hold request: its error is the
+// answer, and so is errFaultsSinglePurchase when it would give the request an interceptor.
+// inventory.Interceptor stands between the steps of one item's purchase (one lock, one
+// write); a cart takes several locks at once and writes in one transaction, so a fault meant
+// for a purchase is refused in words rather than silently not injected.
+func (s *server) singlePurchaseFaults(c *gin.Context) error {
+	if s.intercept == nil {
+		return nil
+	}
+	i, err := s.intercept(c.Request)
+	if err != nil {
+		return err
+	}
+	if i != nil {
+		return errFaultsSinglePurchase
+	}
+	return nil
 }
 
 // checkout answers 201 with the order of a new cart, or 200 with the original order when the
@@ -74,6 +106,9 @@ func (s *server) checkout(c *gin.Context) {
 func (s *server) parseCheckout(c *gin.Context) (inventory.CheckoutRequest, error) {
 	var req inventory.CheckoutRequest
 	var err error
+	if err = s.singlePurchaseFaults(c); err != nil {
+		return req, err
+	}
 	if req.IdempotencyKey, err = idempotencyKey(c.Request.Header); err != nil {
 		return req, err
 	}
@@ -158,6 +193,9 @@ func (s *server) placeHold(c *gin.Context) {
 func (s *server) parseHold(c *gin.Context) (inventory.HoldRequest, error) {
 	var req inventory.HoldRequest
 	var err error
+	if err = s.singlePurchaseFaults(c); err != nil {
+		return req, err
+	}
 	if _, ok := c.Request.Header[http.CanonicalHeaderKey(headerIdempotencyKey)]; ok {
 		// A hold answered but lost is retried as a new hold; the lost one expires by itself.
 		return req, fmt.Errorf("%w: a hold takes no %s (a lost one expires by itself); confirming a hold is idempotent",

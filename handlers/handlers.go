@@ -7,7 +7,7 @@
 //	GET  /api/items                  the catalogue
 //	GET  /api/items/:id              one item (404 not_found)
 //	POST /api/items/:id/purchase     {"quantity":N}: 201 new order, 200 idempotent replay
-//	GET  /api/orders                 ?item_id=&after_id=&limit= (ascending by id)
+//	GET  /api/orders                 ?item_id=&after_id=&limit= (ascending by id), each with its lines
 //	GET  /api/stats                  sales per item, with held_units and oversold_units
 //	POST /api/checkout               {"lines":[{"item_id":N,"quantity":N},...]}: a cart, all or nothing
 //	POST /api/holds, GET|DELETE /api/holds/:id, POST /api/holds/:id/confirm   stock holds (checkout.go)
@@ -95,8 +95,9 @@ type Config struct {
 	// Pages, when not nil, replaces the shop page at / (its files are served under /static/
 	// ahead of the shop's own).
 	Pages *Pages
-	// MaxPurchases bounds the purchases in flight in this process; past it a purchase is
-	// answered 503 at_capacity with Retry-After at once (shed.go). 0: no bound.
+	// MaxPurchases bounds the purchases in flight in this process, checkouts, hold
+	// placements and hold confirmations included; past it such a request is answered 503
+	// at_capacity with Retry-After at once (shed.go). 0: no bound.
 	MaxPurchases int
 	// ProfilesNeedAdmin makes /debug/pprof/ (demo mode) take the admin token, as the admin
 	// routes do: set it when a demo server listens beyond loopback.
@@ -118,7 +119,7 @@ type server struct {
 	intercept       func(*http.Request) (inventory.Interceptor, error)
 	extend          func(*gin.Engine)
 	pages           *Pages
-	bound           gin.HandlerFunc // purchases in flight (shed.go)
+	bound           gin.HandlerFunc // purchases, checkouts, hold placements and confirmations in flight (shed.go)
 	profilesAdmin   bool
 }
 

@@ -188,7 +188,7 @@ func TestIdempotentReplay(t *testing.T) {
 	require.Len(t, orders, 2)
 	assert.Equal(t, "order-42 with spaces", orders[0]["idempotency_key"])
 	assert.Nil(t, orders[1]["idempotency_key"])
-	assert.ElementsMatch(t, []string{"order_id", "item_id", "quantity", "strategy", "fence_token", "idempotency_key", "batch_id", "created_at"}, keys(orders[0]))
+	assert.ElementsMatch(t, []string{"order_id", "item_id", "quantity", "lines", "strategy", "fence_token", "idempotency_key", "batch_id", "created_at"}, keys(orders[0]))
 
 	var page []map[string]any
 	decode(t, e.do("GET", fmt.Sprintf("/api/orders?after_id=%v&limit=1", orders[0]["order_id"]), ""), &page)

@@ -32,6 +32,8 @@ type Metrics struct {
 	lockLosses   prometheus.Counter
 	batchSize    prometheus.Histogram
 	holds        *prometheus.CounterVec // by item
+	checkouts    *prometheus.CounterVec // POST /api/checkout by result
+	stockHolds   *prometheus.CounterVec // the hold routes by operation and result
 	stock        *stockCollector
 	handler      http.Handler
 }
@@ -85,13 +87,21 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Namespace: metricsNamespace, Name: "holds_total",
 			Help: "Coalesced lock holds by item; rate() gives holds per second per item.",
 		}, []string{"item_id"}),
+		checkouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "checkouts_total",
+			Help: "Cart checkouts (POST /api/checkout) by result (created, replayed, or the error code).",
+		}, []string{"result"}),
+		stockHolds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "stock_hold_requests_total",
+			Help: "Stock hold requests by op (place, confirm, cancel) and result (created, replayed, cancelled, or the error code).",
+		}, []string{"op", "result"}),
 		stock: &stockCollector{desc: prometheus.NewDesc(
 			prometheus.BuildFQName(metricsNamespace, "", "item_stock"),
 			"Current stock of each item, read from the database at scrape time.",
 			[]string{"item_id", "sku"}, nil)},
 	}
 	reg.MustRegister(m.purchases, m.purchaseTime, m.degraded, m.lockWait, m.lockHeld, m.lockRenewals,
-		m.lockLosses, m.batchSize, m.holds, m.stock,
+		m.lockLosses, m.batchSize, m.holds, m.checkouts, m.stockHolds, m.stock,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
@@ -207,4 +217,40 @@ func (s *server) observePurchase(c *gin.Context, strategy string, called bool, s
 		elapsed = max(time.Since(start), time.Nanosecond)
 	}
 	s.metrics.observePurchase(strategy, result, elapsed)
+}
+
+// The cart routes whose answers /metrics counts.
+const (
+	cartCheckout = "checkout" // POST /api/checkout: stockguard_checkouts_total
+	cartPlace    = "place"    // POST /api/holds: stockguard_stock_hold_requests_total{op="place"}
+	cartConfirm  = "confirm"  // POST /api/holds/:id/confirm
+	cartCancel   = "cancel"   // DELETE /api/holds/:id
+)
+
+// counted returns the middleware that counts every answer of the cart route op, once the
+// rest of the chain (the purchase bound included) has answered: by its error code, else
+// created (201), replayed (200) or cancelled (204).
+func (s *server) counted(op string) gin.HandlerFunc {
+	if s.metrics == nil {
+		return func(c *gin.Context) { c.Next() }
+	}
+	return func(c *gin.Context) {
+		c.Next()
+		result := errorCode(c)
+		if result == "" {
+			switch c.Writer.Status() {
+			case http.StatusOK:
+				result = "replayed"
+			case http.StatusNoContent:
+				result = "cancelled"
+			default:
+				result = "created"
+			}
+		}
+		if op == cartCheckout {
+			s.metrics.checkouts.WithLabelValues(result).Inc()
+			return
+		}
+		s.metrics.stockHolds.WithLabelValues(op, result).Inc()
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/dbtest"
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
@@ -26,6 +29,16 @@ import (
 )
 
 const testToken = "test-admin-token"
+
+// dbs are the database backends of the tests that run on both (envOptions.backend); the
+// PostgreSQL server starts on first use.
+var dbs = dbtest.NewSet("handlers.db")
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	dbs.Close()
+	os.Exit(code)
+}
 
 // testCatalogue is the catalogue every test server starts with: item 1 has 10 units, item 2
 // has 1000000 (for the fuzz target), item 3 has 1.
@@ -58,15 +71,22 @@ type envOptions struct {
 	log             io.Writer              // the handlers' log; nil discards it
 	lease           time.Duration          // the lock lease; 0 means the lock client's default
 	configure       func(*handlers.Config) // when not nil, changes the handlers' configuration
+	backend         *dbtest.Backend        // nil: a SQLite file
 }
 
 // newEnv starts a storefront; the default strategy is guard unless opts says otherwise.
 func newEnv(t testing.TB, opts envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
-	db, err := models.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = models.Close(db) })
+	var db *gorm.DB
+	if opts.backend != nil {
+		db, _ = opts.backend.Open(t)
+	} else {
+		var err error
+		db, err = models.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = models.Close(db) })
+	}
 	e := &env{t: t, locks: &inventory.LockSet{}, metrics: handlers.NewMetrics(prometheus.NewRegistry())}
 	cfg := inventory.Config{DB: db, Default: inventory.StrategyGuard, Holds: e.metrics}
 	hooks := locking.JoinHooks(inventory.ObserverHooks(e.metrics), e.locks.Hooks(lockKeyPrefix))

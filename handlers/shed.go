@@ -16,7 +16,9 @@ import (
 var errAtCapacity = errors.New("the storefront has as many purchases in flight as it takes; retry later")
 
 // purchaseBound admits at most n purchases at once and answers the others errAtCapacity at
-// once, without reading their body or touching the database. n <= 0: no bound.
+// once, without reading their body or touching the database. n <= 0: no bound. One bound
+// serves every route that sells or sets stock aside: a purchase, a checkout, a hold's
+// placement and its confirmation each take one slot (cartRoutes).
 func purchaseBound(n int) gin.HandlerFunc {
 	if n <= 0 {
 		return func(c *gin.Context) { c.Next() }

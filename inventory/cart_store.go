@@ -363,3 +363,32 @@ func (st store) readItems(ctx context.Context, ids []int64) (map[int64]row, erro
 	}
 	return out, nil
 }
+
+// orderLinesOf returns the lines of every order of ids, by order id, each ascending by item
+// (one statement: the lines of a committed order never change).
+func (st store) orderLinesOf(ctx context.Context, ids []int64) (map[int64][]CartLine, error) {
+	out := make(map[int64][]CartLine, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	q := `SELECT order_id, item_id, quantity FROM order_lines WHERE order_id IN (?` +
+		strings.Repeat(", ?", len(ids)-1) + `) ORDER BY order_id, item_id`
+	rows, err := st.sqlDB.QueryContext(ctx, st.sql(q), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var order int64
+		var l CartLine
+		if err := rows.Scan(&order, &l.ItemID, &l.Quantity); err != nil {
+			return nil, err
+		}
+		out[order] = append(out[order], l)
+	}
+	return out, rows.Err()
+}

@@ -215,8 +215,9 @@ func (s *Service) cartStrategy(name string, holds bool) (string, error) {
 // wraps ErrInsufficientStock).
 //
 // With an IdempotencyKey, the same key and the same cart (after merging) replays the first
-// order (Replayed set); another cart under the key is ErrIdempotencyConflict. Errors wrap the
-// sentinels of Purchase: ErrInvalid, ErrNotFound (naming every unknown item),
+// order (Replayed set); another cart under the key is ErrIdempotencyConflict. With an
+// admission limit (Config.Admission), a cart takes a permit of each of its items (admitCart).
+// Errors wrap the sentinels of Purchase: ErrInvalid, ErrOverloaded, ErrNotFound (naming every unknown item),
 // ErrInsufficientStock, ErrIdempotencyConflict, ErrLockTimeout, ErrLockLost (after one retry;
 // nothing written), ErrUnavailable. A failed checkout writes nothing.
 func (s *Service) Checkout(ctx context.Context, req CheckoutRequest) (CartReceipt, error) {
@@ -295,10 +296,19 @@ func describeFingerprint(fp string) string {
 // recordFunc stores what a cart write becomes (an order, a hold) and returns its id.
 type recordFunc func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time) (int64, error)
 
-// sellCart runs one cart write with strategy name, retrying once after a lost lock or stale
-// fence and once after the database said busy, as Purchase does. record(degraded) stores
-// the result.
+// sellCart runs one cart write with strategy name, once the admission limit admitted every
+// item of c (admitCart), retrying once after a lost lock or stale fence and once after the
+// database said busy, as Purchase does. record(degraded) stores the result. A ctx that
+// carries an Interceptor is refused: an Interceptor acts on single purchases only.
 func (s *Service) sellCart(ctx context.Context, c cart, name string, work time.Duration, record func(degraded bool) recordFunc) (CartReceipt, error) {
+	if interceptorOf(ctx) != nil {
+		return CartReceipt{}, fmt.Errorf("%w: an Interceptor acts on single purchases only, not on a cart or hold", ErrInvalid)
+	}
+	release, err := s.admitCart(ctx, c)
+	if err != nil {
+		return CartReceipt{}, err
+	}
+	defer release()
 	lostRetried, busyRetried := false, false
 	for {
 		rec, err := s.cartOnce(ctx, c, name, work, record)
@@ -435,4 +445,54 @@ func (s *Service) naiveCart(ctx context.Context, c cart, rows map[int64]row, p p
 		return CartReceipt{}, err
 	}
 	return CartReceipt{OrderID: id, Lines: res, Strategy: StrategyNaive}, nil
+}
+
+// MaxOrderLinesQuery is the most orders one OrderLines call may name (ListOrders' largest
+// page).
+const MaxOrderLinesQuery = 1000
+
+// OrderLines returns the lines of the orders ids names, by order id, each ascending by item:
+// one line for an order of one purchase, one per item for a cart's order (whose Order has
+// ItemID 0 when it has several lines). An id that names no order is absent from the map. It
+// fails with ErrInvalid for more than MaxOrderLinesQuery ids, and with an error wrapping
+// ErrUnavailable when the database cannot be reached.
+func (s *Service) OrderLines(ctx context.Context, ids []int64) (map[int64][]CartLine, error) {
+	if len(ids) > MaxOrderLinesQuery {
+		return nil, fmt.Errorf("%w: at most %d orders at once, got %d", ErrInvalid, MaxOrderLinesQuery, len(ids))
+	}
+	lines, err := s.store.orderLinesOf(ctx, ids)
+	if err != nil {
+		return nil, s.dbErr(err)
+	}
+	return lines, nil
+}
+
+// admitCart takes the admission limit's permit (Config.Admission) of every item of c, in
+// ascending item order, as a purchase of each would: a cart counts as one purchase in flight
+// of each of its items. When one item is full, the permits taken are given back and the
+// error (ErrOverloaded) names that item; with the lock service unavailable the limit follows
+// OnRedisDown, as a purchase's does. The returned release gives every permit back.
+func (s *Service) admitCart(ctx context.Context, c cart) (func(), error) {
+	if s.admission == nil {
+		return func() {}, nil
+	}
+	var releases []func()
+	release := func() {
+		for _, r := range slices.Backward(releases) {
+			r()
+		}
+	}
+	for _, l := range c.lines {
+		r, err := s.admission.Acquire(ctx, l.itemID)
+		switch {
+		case sellsDegraded(s.onDown, err):
+			s.log.DebugContext(ctx, "admission limit unavailable: cart admitted", "item", l.itemID, "err", err)
+		case err != nil:
+			release()
+			return nil, err
+		default:
+			releases = append(releases, r)
+		}
+	}
+	return release, nil
 }

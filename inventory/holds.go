@@ -37,11 +37,16 @@ type HoldRequest struct {
 // StockHold is a hold as the service shows it. Status is one of models.HoldActive,
 // HoldConfirmed, HoldCancelled, HoldExpired; a hold past its expiry that no transaction has
 // ended yet shows expired. OrderID is the order of a confirmed hold.
+//
+// Now is the database's clock when the hold was placed or read: the clock that decides its
+// expiry. A client counts down ExpiresAt − Now from the moment it got the answer, whatever
+// its own clock says.
 type StockHold struct {
 	ID        int64         `json:"id"`
 	Status    string        `json:"status"`
 	Lines     []LineReceipt `json:"lines"`
 	ExpiresAt time.Time     `json:"expires_at"`
+	Now       time.Time     `json:"now"`
 	OrderID   int64         `json:"order_id,omitempty"`
 	Strategy  string        `json:"strategy"`
 }
@@ -93,7 +98,8 @@ func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, er
 	for i := range rec.Lines {
 		rec.Lines[i].Remaining = 0
 	}
-	return StockHold{ID: rec.OrderID, Status: models.HoldActive, Lines: rec.Lines, ExpiresAt: time.UnixMilli(expires).UTC(), Strategy: name}, nil
+	at := time.UnixMilli(expires).UTC()
+	return StockHold{ID: rec.OrderID, Status: models.HoldActive, Lines: rec.Lines, ExpiresAt: at, Now: at.Add(-ttl.Truncate(time.Millisecond)), Strategy: name}, nil
 }
 
 // GetHold returns hold id, or an error wrapping ErrNotFound.
@@ -112,20 +118,20 @@ func (s *Service) readHold(ctx context.Context, c conn, id int64) (StockHold, er
 		return StockHold{}, fmt.Errorf("%w: hold id must be positive", ErrInvalid)
 	}
 	var (
-		h       StockHold
-		expires int64
-		order   sql.NullInt64
+		h            StockHold
+		expires, now int64
+		order        sql.NullInt64
 	)
 	err := c.QueryRowContext(ctx, s.store.sql(`SELECT id, CASE WHEN status = 'active' AND expires_at_ms <= {now}
-		THEN 'expired' ELSE status END, expires_at_ms, order_id, strategy FROM holds WHERE id = ?`), id).
-		Scan(&h.ID, &h.Status, &expires, &order, &h.Strategy)
+		THEN 'expired' ELSE status END, expires_at_ms, {now}, order_id, strategy FROM holds WHERE id = ?`), id).
+		Scan(&h.ID, &h.Status, &expires, &now, &order, &h.Strategy)
 	if errors.Is(err, sql.ErrNoRows) {
 		return StockHold{}, fmt.Errorf("%w: hold %d", ErrNotFound, id)
 	}
 	if err != nil {
 		return StockHold{}, err
 	}
-	h.ExpiresAt, h.OrderID = time.UnixMilli(expires).UTC(), order.Int64
+	h.ExpiresAt, h.Now, h.OrderID = time.UnixMilli(expires).UTC(), time.UnixMilli(now).UTC(), order.Int64
 	if h.Lines, err = s.store.holdLines(ctx, c, id); err != nil {
 		return StockHold{}, err
 	}
