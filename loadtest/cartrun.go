@@ -106,6 +106,7 @@ func (w *workload) finishCarts(ctx context.Context, admin *api, strategy string,
 		}
 	}
 	var err error
+	resold := 0
 	if out.stats, err = admin.stats(ctx); err != nil {
 		return nil, fmt.Errorf("GET /api/stats: %w", err)
 	}
@@ -135,7 +136,8 @@ func (w *workload) finishCarts(ctx context.Context, admin *api, strategy string,
 		if strategy != "" {
 			resaleStrategy = "guard"
 		}
-		refused := w.resale(ctx, out.stats, resaleStrategy)
+		var refused []string
+		resold, refused = w.resale(ctx, out.stats, resaleStrategy)
 		after, err := admin.stats(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("GET /api/stats after the resale: %w", err)
@@ -144,6 +146,12 @@ func (w *workload) finishCarts(ctx context.Context, admin *api, strategy string,
 	}
 	out.findings = verdict.CheckCarts(run)
 	out.figures = w.cartFigures(elapsed, lost)
+	if run.Resale != nil {
+		out.figures.Resold = resold
+		for _, s := range out.stats {
+			out.figures.HeldAtEnd += s.HeldUnits
+		}
+	}
 	return out, nil
 }
 
@@ -251,6 +259,8 @@ type CartFigures struct {
 	ConfirmMeanMS  float64 `json:"confirm_mean_ms,omitempty"` // a confirmation answered 201
 	HoldThenMS     float64 `json:"hold_then_confirm_ms,omitempty"`
 	CheckoutMeanMS float64 `json:"checkout_mean_ms,omitempty"` // a direct checkout answered 201
+	HeldAtEnd      int     `json:"held_at_end,omitempty"`      // units of holds past their expiry that no sale had given back yet
+	Resold         int     `json:"resold,omitempty"`           // units bought back once every hold had expired
 }
 
 // Size is the sold checkouts of one number of distinct items.
@@ -448,6 +458,8 @@ func (r *Report) writeCarts(w io.Writer) {
 		if c.Workload == WorkloadHolds {
 			fmt.Fprintf(w, "  %-12s holds: %d asked, %d placed (%d short, %d without answer): %d confirmed, %d cancelled, %d left to expire (%d confirmed late, refused hold_expired)\n",
 				"", c.Holds, c.Placed, c.Short, c.Lost, c.Confirmed, c.Cancelled, c.Expired, c.LateRefused)
+			fmt.Fprintf(w, "  %-12s once every hold had expired: %d units still counted held (not given back yet), %d units bought back (initial − sold)\n",
+				"", c.HeldAtEnd, c.Resold)
 			if c.HoldThenMS > 0 && c.CheckoutMeanMS > 0 {
 				fmt.Fprintf(w, "  %-12s hold then confirm: %s (hold %s, the client's work, confirm %s) against a direct checkout %s: %.2fx\n",
 					"", fmtMS(c.HoldThenMS), fmtMS(c.PlaceMeanMS), fmtMS(c.ConfirmMeanMS), fmtMS(c.CheckoutMeanMS), c.HoldThenMS/c.CheckoutMeanMS)

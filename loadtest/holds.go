@@ -182,9 +182,8 @@ func (w *workload) expireHolds(ctx context.Context) error {
 
 // resale buys, once every hold has expired, what each item should have left (its initial
 // stock − its sold units, per stats), in checkouts of at most 1000 units with strategy, and
-// returns the checkouts not answered 201.
-func (w *workload) resale(ctx context.Context, stats []ItemStats, strategy string) []string {
-	var refused []string
+// returns the units sold and the checkouts not answered 201.
+func (w *workload) resale(ctx context.Context, stats []ItemStats, strategy string) (sold int, refused []string) {
 	for _, s := range stats {
 		left := s.InitialStock - s.SoldUnits
 		for n := 0; left > 0 && ctx.Err() == nil; n++ {
@@ -197,7 +196,8 @@ func (w *workload) resale(ctx context.Context, stats []ItemStats, strategy strin
 				break
 			}
 			left -= q
+			sold += q
 		}
 	}
-	return refused
+	return sold, refused
 }
