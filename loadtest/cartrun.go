@@ -455,6 +455,10 @@ func (r *Report) writeCarts(w io.Writer) {
 			fmt.Fprintf(w, "  %-12s mean latency of a sold checkout by distinct items: %s; %+.1fms per extra item\n",
 				"", strings.Join(parts, ", "), c.PerExtraItemMS)
 		}
+		if ev := s.Chaos; ev != nil && ev.Paused && ev.Token > 0 {
+			fmt.Fprintf(w, "  %-12s paused holder of %s token %d: that token wrote %s; fence regressions on any item: %d\n",
+				"", ev.LockKey, ev.Token, ev.HolderWrote, s.FenceRegressions)
+		}
 		if c.Workload == WorkloadHolds {
 			fmt.Fprintf(w, "  %-12s holds: %d asked, %d placed (%d short, %d without answer): %d confirmed, %d cancelled, %d left to expire (%d confirmed late, refused hold_expired)\n",
 				"", c.Holds, c.Placed, c.Short, c.Lost, c.Confirmed, c.Cancelled, c.Expired, c.LateRefused)
