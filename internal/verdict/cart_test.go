@@ -104,3 +104,14 @@ func TestCheckCartsResaleSafe(t *testing.T) {
 	f := CheckCarts(r)
 	assert.Equal(t, Safe, f.Verdict(), "%v", f.Violations)
 }
+
+// A confirmation replayed after the expiry (200: the hold was confirmed before it) is not a
+// confirmed expired hold.
+func TestCheckCartsReplayedConfirmAfterExpiry(t *testing.T) {
+	r := cartRun()
+	h := &r.Holds[0]
+	h.Confirms = append(h.Confirms, Answer{Status: 200, OrderID: 11, Strategy: "guard", Lines: h.Lines, Sent: h.ExpiresAt.Add(time.Second)})
+	f := CheckCarts(r)
+	assert.Equal(t, Safe, f.Verdict(), "%v", f.Violations)
+	assert.Zero(t, f.ExpiredConfirmed)
+}
