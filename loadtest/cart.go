@@ -227,21 +227,23 @@ func hasItem(merged []cartLine, id int64) bool {
 	return slices.ContainsFunc(merged, func(l cartLine) bool { return l.ItemID == id })
 }
 
-// nextCart draws a cart: 1..maxCartLines lines, the first of the hot item with probability
-// -hot, each later one repeating an item already in the cart with probability repeatLine,
-// else of any item; 1..-quantity units each.
-func (w *workload) nextCart(rng *rand.Rand) []cartLine {
+// nextCart draws a cart over items (items[0] the hot one): 1..maxCartLines lines, the first
+// of the hot item with probability -hot (else of another), each later one repeating an item
+// already in the cart with probability repeatLine, else of any item; 1..-quantity units each.
+func (w *workload) nextCart(rng *rand.Rand, items []item) []cartLine {
 	n := 1 + rng.IntN(maxCartLines)
 	lines := make([]cartLine, 0, n)
 	for i := 0; i < n; i++ {
 		var id int64
 		switch {
+		case i == 0 && len(items) > 1 && rng.Float64() >= w.cfg.Hot:
+			id = items[1+rng.IntN(len(items)-1)].ID
 		case i == 0:
-			id = w.pickItem(rng)
+			id = items[0].ID
 		case rng.Float64() < repeatLine:
 			id = lines[rng.IntN(len(lines))].ItemID
 		default:
-			id = w.items[rng.IntN(len(w.items))].ID
+			id = items[rng.IntN(len(items))].ID
 		}
 		lines = append(lines, cartLine{ItemID: id, Quantity: 1 + rng.IntN(w.cfg.Quantity)})
 	}
@@ -280,7 +282,7 @@ func (c *cart) settled() bool {
 // executeCart sends checkout seq (to instance, and with -retry its copy to the next one, at
 // once for even numbers, after for odd ones, as execute does for a purchase) and records it.
 func (w *workload) executeCart(ctx context.Context, rng *rand.Rand, seq, instance int) *cart {
-	c := &cart{Key: fmt.Sprintf("%s-c%d", w.keyBase, seq), Lines: w.nextCart(rng), Instance: instance}
+	c := &cart{Key: fmt.Sprintf("%s-c%d", w.keyBase, seq), Lines: w.nextCart(rng, w.items), Instance: instance}
 	c.Merged = mergeCart(c.Lines)
 	c.Hot = hasItem(c.Merged, w.items[0].ID)
 	retry := w.cfg.Retry > 0 && rng.Float64() < w.cfg.Retry
