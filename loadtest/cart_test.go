@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,4 +201,31 @@ func TestCartConfig(t *testing.T) {
 	c, err = parseConfig(nil, nil)
 	require.NoError(t, err)
 	assert.Equal(t, WorkloadPurchase, c.Workload, "purchase stays the default")
+}
+
+// TestWriteCarts: the report shows each strategy's cart figures, the holds' fates, hold then
+// confirm against a direct checkout, and lock+guard against guard on the carts with the hot
+// item.
+func TestWriteCarts(t *testing.T) {
+	fig := func(hotSold float64) *CartFigures {
+		return &CartFigures{Workload: WorkloadHolds, Checkouts: 100, CheckoutsPerSec: 50, SoldPerSec: 40, HotCheckouts: 80,
+			HotPerSec: 40, HotSoldPerSec: hotSold, BySize: []Size{{Items: 1, Sold: 10, MeanMS: 20, P50MS: 18}, {Items: 2, Sold: 8, MeanMS: 24, P50MS: 22}},
+			PerExtraItemMS: 4, Holds: 30, Placed: 28, Confirmed: 12, Cancelled: 8, Expired: 8, LateRefused: 4,
+			PlaceMeanMS: 10, ConfirmMeanMS: 5, HoldThenMS: 35, CheckoutMeanMS: 25, Resold: 77}
+	}
+	r := &Report{Strategies: []StrategyResult{
+		{Strategy: "guard", Carts: fig(30)},
+		{Strategy: "lock+guard", Carts: fig(15)},
+	}}
+	var b strings.Builder
+	r.writeCarts(&b)
+	out := b.String()
+	t.Log(out)
+	assert.Contains(t, out, "carts (-workload holds")
+	assert.Contains(t, out, "1: 20ms (p50 18ms, 10), 2: 24ms (p50 22ms, 8); +4.0ms per extra item")
+	assert.Contains(t, out, "12 confirmed, 8 cancelled, 8 left to expire (4 confirmed late, refused hold_expired)")
+	assert.Contains(t, out, "77 units bought back")
+	assert.Contains(t, out, "hold then confirm: 35ms (hold 10ms, the client's work, confirm 5.0ms) against a direct checkout 25ms: 1.40x")
+	assert.Contains(t, out, "carts with the hot item: lock+guard / guard: sold/s 0.50x (15 against 30)")
+	assert.Equal(t, 1, strings.Count(out, "carts (-workload"), "one header")
 }

@@ -456,8 +456,12 @@ func (r *Report) writeCarts(w io.Writer) {
 				"", strings.Join(parts, ", "), c.PerExtraItemMS)
 		}
 		if ev := s.Chaos; ev != nil && ev.Paused && ev.Token > 0 {
+			wrote := ev.HolderWrote
+			if wrote == "nothing" {
+				wrote += " (its cart was refused by the fence of one of its items, or the holder saw the loss first: the client cannot tell which)"
+			}
 			fmt.Fprintf(w, "  %-12s paused holder of %s token %d: that token wrote %s; fence regressions on any item: %d\n",
-				"", ev.LockKey, ev.Token, ev.HolderWrote, s.FenceRegressions)
+				"", ev.LockKey, ev.Token, wrote, s.FenceRegressions)
 		}
 		if c.Workload == WorkloadHolds {
 			fmt.Fprintf(w, "  %-12s holds: %d asked, %d placed (%d short, %d without answer): %d confirmed, %d cancelled, %d left to expire (%d confirmed late, refused hold_expired)\n",
