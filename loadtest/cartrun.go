@@ -246,6 +246,7 @@ type CartFigures struct {
 	HotPerSec       float64 `json:"hot_per_s"`         // of them, answered per second
 	BySize          []Size  `json:"by_size"`           // sold checkouts by their distinct items
 	PerExtraItemMS  float64 `json:"per_extra_item_ms"` // least-squares slope of a sold checkout's mean latency per distinct item
+	MultiItem       int     `json:"multi_item"`        // checkouts sold and holds placed with several distinct items
 	// -workload holds
 	Holds          int     `json:"holds,omitempty"`           // holds asked for
 	Placed         int     `json:"placed,omitempty"`          // answered 201
@@ -287,6 +288,9 @@ func (w *workload) cartFigures(elapsed time.Duration, lost int) *CartFigures {
 				f.HotPerSec += b2f(answered)
 				f.HotSoldPerSec += b2f(sold)
 			}
+			if sold && len(c.Merged) > 1 {
+				f.MultiItem++
+			}
 			if sold {
 				ms := float64(r.Latency) / float64(time.Millisecond)
 				bySize[len(c.Merged)] = append(bySize[len(c.Merged)], ms)
@@ -323,6 +327,9 @@ func (w *workload) cartFigures(elapsed time.Duration, lost int) *CartFigures {
 		case h.placed():
 			f.Placed++
 			place = append(place, ms(h.Place.Latency))
+			if len(h.Merged) > 1 {
+				f.MultiItem++
+			}
 		case h.Place.Code == "insufficient_stock":
 			f.Short++
 		}
