@@ -1,5 +1,8 @@
 // Package verdict judges a run of purchases against the storefront's invariants: no unit sold
-// beyond the stock, stock down by exactly the units sold, one order per answered purchase.
+// beyond the stock, stock down by exactly the units sold, one order per answered purchase; and
+// a run of carts and stock holds (CheckCarts): every order with all its lines, stock down by
+// exactly the units sold and held, no hold confirmed after its expiry, expired holds' units
+// sellable again.
 // It knows only numbers and answers (plain types below), never the storefront's packages, so
 // every client of the storefront (the load test, the lab's burst runner) names a run's outcome
 // the same way.
