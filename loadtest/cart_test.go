@@ -65,6 +65,7 @@ func TestCartWorkload(t *testing.T) {
 func TestHoldWorkload(t *testing.T) {
 	needStorefront(t)
 	cfg := cartRunConfig(WorkloadHolds, "naive", "guard", "lock+guard")
+	cfg.Stock = 300 // most holds are placed (not short), so that every fate is seen
 	require.NoError(t, cfg.validate())
 	rep, err := Run(context.Background(), cfg, tlog{t})
 	require.NoError(t, err)
