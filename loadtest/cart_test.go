@@ -208,10 +208,15 @@ func TestWriteCarts(t *testing.T) {
 			PerExtraItemMS: 4, Holds: 30, Placed: 28, Confirmed: 12, Cancelled: 8, Expired: 8, LateRefused: 4,
 			PlaceMeanMS: 10, ConfirmMeanMS: 5, HoldThenMS: 35, CheckoutMeanMS: 25, Resold: 77}
 	}
+	naive := StrategyResult{Strategy: "naive", Carts: fig(40)}
+	naive.Verdict = verdict.Oversold
+	naive.Violations = []string{"v1", "v2", "v3", "v4", "v5"}
 	r := &Report{Strategies: []StrategyResult{
+		naive,
 		{Strategy: "guard", Carts: fig(30)},
 		{Strategy: "lock+guard", Carts: fig(15)},
 	}}
+	r.Strategies[1].Verdict, r.Strategies[2].Verdict = verdict.Safe, verdict.Safe
 	var b strings.Builder
 	r.writeCarts(&b)
 	out := b.String()
@@ -223,4 +228,7 @@ func TestWriteCarts(t *testing.T) {
 	assert.Contains(t, out, "hold then confirm: 35ms (hold 10ms, the client's work, confirm 5.0ms) against a direct checkout 25ms: 1.40x")
 	assert.Contains(t, out, "carts with the hot item: lock+guard / guard: sold/s 0.50x (15 against 30)")
 	assert.Equal(t, 1, strings.Count(out, "carts (-workload"), "one header")
+	assert.Contains(t, out, "v3\n")
+	assert.NotContains(t, out, "v4")
+	assert.Contains(t, out, "... 2 more")
 }

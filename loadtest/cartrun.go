@@ -462,6 +462,15 @@ func (r *Report) writeCarts(w io.Writer) {
 			fmt.Fprintf(w, "  %-12s mean latency of a sold checkout by distinct items: %s; %+.1fms per extra item\n",
 				"", strings.Join(parts, ", "), c.PerExtraItemMS)
 		}
+		if s.Verdict != verdict.Safe && !s.Failed { // a failed one's violations are printed below the table
+			for i, v := range s.Violations {
+				if i == 3 {
+					fmt.Fprintf(w, "  %-12s ... %d more (see the JSON report)\n", "", len(s.Violations)-3)
+					break
+				}
+				fmt.Fprintf(w, "  %-12s %s\n", "", v)
+			}
+		}
 		if ev := s.Chaos; ev != nil && ev.Paused && ev.Token > 0 {
 			wrote := ev.HolderWrote
 			if wrote == "nothing" {
