@@ -36,14 +36,14 @@ func itemsOf(stats []ItemStats) []verdict.Item {
 }
 
 func itemOf(s ItemStats) verdict.Item {
-	return verdict.Item{ItemID: s.ItemID, InitialStock: s.InitialStock, Stock: s.Stock, SoldUnits: s.SoldUnits, OrderCount: s.OrderCount}
+	return verdict.Item{ItemID: s.ItemID, InitialStock: s.InitialStock, Stock: s.Stock, SoldUnits: s.SoldUnits, OrderCount: s.OrderCount, HeldUnits: s.HeldUnits}
 }
 
 func ordersOf(orders []order) []verdict.Order {
 	out := make([]verdict.Order, len(orders))
 	for i, o := range orders {
 		out[i] = verdict.Order{OrderID: o.OrderID, ItemID: o.ItemID, Quantity: o.Quantity, Strategy: o.Strategy,
-			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, BatchID: o.BatchID}
+			FenceToken: o.FenceToken, IdempotencyKey: o.IdempotencyKey, BatchID: o.BatchID, Lines: receiptLines(o.Lines)}
 	}
 	return out
 }

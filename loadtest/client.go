@@ -134,6 +134,7 @@ type ItemStats struct {
 	Stock         int    `json:"stock"`
 	SoldUnits     int    `json:"sold_units"`
 	OrderCount    int    `json:"order_count"`
+	HeldUnits     int    `json:"held_units"` // units of its active holds (off the stock, not sold)
 	OversoldUnits int    `json:"oversold_units"`
 }
 
@@ -148,6 +149,9 @@ type order struct {
 	Degraded       bool      `json:"degraded"`
 	BatchID        int64     `json:"batch_id"` // the write transaction (0 from a server without it)
 	CreatedAt      time.Time `json:"created_at"`
+	// Lines are the order's lines, one per item (nil from a server that does not list them:
+	// the cart checks then take them from the answers).
+	Lines []lineReceipt `json:"lines,omitempty"`
 }
 
 // receipt is the body of a 201 (or an idempotent 200) purchase answer.

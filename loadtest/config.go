@@ -45,6 +45,9 @@ type Config struct {
 	// The checked history (history.go).
 	Reads        float64       // share of operations that read an item's stock, 0..0.9
 	CheckTimeout time.Duration // bound of the linearizability check of one strategy's history; 0: not checked
+	// The workload (cart.go, holds.go): WorkloadPurchase, WorkloadCart or WorkloadHolds.
+	Workload string
+	HoldTTL  time.Duration // -workload holds: the ttl of every hold
 	// The open model and the thresholds (openmodel.go, threshold.go).
 	Spike      bool        // open model: the rate ramps from 0 to Rate in one second, then holds
 	Thresholds []threshold // -threshold: each strategy's run must meet them (else exit 3)
@@ -118,6 +121,9 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 		`on one instance, picked by nginx's consistent hash of the item id (deploy/nginx.conf); "item,round-robin" runs each strategy both ways`)
 	fs.Float64Var(&c.Reads, "reads", 0.1, "share of operations that read an item's stock (GET /api/items/:id) between the purchases, for the checked history, 0..0.9")
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", defaultCheckTimeout, "bound of the linearizability check of each strategy's history (0: not checked)")
+	fs.StringVar(&c.Workload, "workload", WorkloadPurchase, `"purchase" (one item per request), "cart" (checkouts of carts of 1-4 lines, the hot item first with`+"\n"+
+		`probability -hot, repeated lines) or "holds" (holds on such carts confirmed, cancelled or left to expire on -hold-ttl, among direct checkouts)`)
+	fs.DurationVar(&c.HoldTTL, "hold-ttl", time.Second, "-workload holds: the ttl of every hold (1s..1h)")
 	fs.BoolVar(&c.Spike, "spike", false, "open model: a flash sale, arrivals ramp from 0 to -rate in one second, then hold")
 	fs.Var((*thresholdList)(&c.Thresholds), "threshold", "a bound each strategy's run must meet, else exit 3: p50|p90|p99|max|mean<200ms, errors<1%, rps>500 (repeatable, or comma-separated)")
 	fs.DurationVar(&c.HangFor, "hang-for", 8*time.Second, "-chaos redis-hang, db-hang: how long the process stays stopped (SIGSTOP, then SIGCONT)")
@@ -255,12 +261,30 @@ func (c *Config) validate() error {
 		return usageErr("-chaos db-hang needs -db postgres (it stops the private PostgreSQL server the load test starts; SQLite runs inside the storefronts and cannot hang alone)")
 	case c.Chaos == chaosDBHang && (c.MaxPurchases < 1 || c.MaxPurchases > 100000):
 		return usageErr("-max-purchases must be 1..100000, got %d", c.MaxPurchases)
+	case c.Workload != "" && c.Workload != WorkloadPurchase && c.Workload != WorkloadCart && c.Workload != WorkloadHolds:
+		return usageErr(`-workload must be %q, %q or %q, got %q`, WorkloadPurchase, WorkloadCart, WorkloadHolds, c.Workload)
+	case c.cartWorkload() && (c.Rate > 0 || c.Perf || c.Scenario != ""):
+		return usageErr("-workload %s runs the closed model of the strategy comparison (no -rate, -perf or -scenario)", c.Workload)
+	case c.cartWorkload() && c.mode().name != chaosNone && c.mode().name != chaosPause:
+		return usageErr("-workload %s runs with no fault or -chaos pause, got -chaos %s", c.Workload, c.Chaos)
+	case c.cartWorkload() && slices.Contains(c.Routes, RouteItem):
+		return usageErr("-workload %s: a cart spans several items: -route item does not apply", c.Workload)
+	case c.Workload == WorkloadHolds && (c.HoldTTL < time.Second || c.HoldTTL > time.Hour):
+		return usageErr("-hold-ttl must be 1s..1h, got %s", c.HoldTTL)
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
 	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):
 		return usageErr("-scenario pitfalls starts its own processes and Redis (no -target, no -chaos)")
 	}
 	c.Chaos = c.mode().name // "none" is ""
+	if c.Workload == "" {
+		c.Workload = WorkloadPurchase
+	}
+	if c.cartWorkload() {
+		if err := checkCartStrategies(c.Workload, c.Strategies); err != nil {
+			return err
+		}
+	}
 	if len(c.Routes) == 0 {
 		c.Routes = []string{RouteRoundRobin}
 	}
@@ -286,6 +310,11 @@ func (c *Config) validate() error {
 		c.Timeout = 3*c.Lease + 5*time.Second // requests to the paused instance must outlive the pause
 	}
 	return nil
+}
+
+// cartWorkload reports whether the run checks out carts (-workload cart or holds).
+func (c *Config) cartWorkload() bool {
+	return c.Workload == WorkloadCart || c.Workload == WorkloadHolds
 }
 
 // knownChaos reports whether name is a -chaos mode (or none).

@@ -95,11 +95,10 @@ func (w *workload) read(ctx context.Context, a *api, id int64) {
 	}
 }
 
-// checkHistory checks the history rec holds of one strategy's run on items (each of which
-// started with cfg.Stock units), within cfg.CheckTimeout, and writes Porcupine's
-// visualization of each item found NOT linearizable to vizPath(item).
-func checkHistory(ctx context.Context, cfg Config, rec *linearize.Recorder, items []item, vizPath func(int64) string) *HistoryResult {
-	ops := rec.Operations()
+// checkHistory checks ops, the history of one strategy's run on items (each of which started
+// with cfg.Stock units), within cfg.CheckTimeout, and writes Porcupine's visualization of
+// each item found NOT linearizable to vizPath(item).
+func checkHistory(ctx context.Context, cfg Config, ops []linearize.Operation, items []item, vizPath func(int64) string) *HistoryResult {
 	h := &HistoryResult{Operations: len(ops)}
 	for _, o := range ops {
 		if _, ok := o.Op.(linearize.Read); ok {

@@ -27,12 +27,6 @@ const (
 // (the purchase strategies) does not list them.
 var demoCartStrategies = map[string]bool{strategyRequestOrder: true, strategyLineByLine: true}
 
-// cartLine is one line of a cart, as POST /api/checkout takes it.
-type cartLine struct {
-	ItemID   int64 `json:"item_id"`
-	Quantity int   `json:"quantity"`
-}
-
 // sendCart sends one cart through a: to the demo carts' checkout for a demo cart strategy,
 // else to the shop's; headers are name, value pairs. Its result is a purchase's: the status
 // and the error code.

@@ -68,6 +68,8 @@ type ReportConfig struct {
 	Spike       bool    `json:"spike,omitempty"`        // open model: 0 to Rate in one second, then held
 	LatencyFrom string  `json:"latency_from,omitempty"` // "intended start" in the open model (coordinated omission corrected)
 	Reads       float64 `json:"reads"`                  // -reads
+	Workload    string  `json:"workload,omitempty"`     // -workload (cart.go)
+	HoldTTLMS   float64 `json:"hold_ttl_ms,omitempty"`  // -workload holds: -hold-ttl
 }
 
 // Latency holds percentiles in milliseconds.
@@ -112,6 +114,7 @@ type StrategyResult struct {
 	// The checked history (history.go) and, in the open model, the requests in flight over time.
 	History  *HistoryResult  `json:"history,omitempty"`
 	InFlight []InFlightPoint `json:"in_flight,omitempty"`
+	Carts    *CartFigures    `json:"carts,omitempty"` // -workload cart and holds: the figures of the carts (cartrun.go)
 	verdict.Findings
 	showRoute bool // the run compares routes: the label names this row's
 }
@@ -163,7 +166,14 @@ func (r *Report) WriteJSON(path string) error {
 // the violations of the strategies called safe.
 func (r *Report) WriteTable(w io.Writer) {
 	c := r.Config
-	bound := fmt.Sprintf("%d purchases", c.Requests)
+	unit := "purchases"
+	switch c.Workload {
+	case WorkloadCart:
+		unit = "checkouts"
+	case WorkloadHolds:
+		unit = fmt.Sprintf("holds (ttl %s) and checkouts", fmtMS(c.HoldTTLMS))
+	}
+	bound := fmt.Sprintf("%d %s", c.Requests, unit)
 	if c.Requests == 0 {
 		bound = fmt.Sprintf("%gs", c.DurationS)
 	}
@@ -213,6 +223,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 	}
 	r.writeRatios(w)
+	r.writeCarts(w)
 	for _, s := range r.Strategies {
 		if s.Fault != "" && s.Baseline > 0 {
 			fmt.Fprintf(w, "latency %s: %.0f req/s against %.0f without it (%.2fx)\n", s.Label(), s.ReqPerSec, s.Baseline, s.ReqPerSec/s.Baseline)

@@ -63,7 +63,10 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 		Config: ReportConfig{Items: cfg.Items, Stock: cfg.Stock, Requests: cfg.Requests, DurationS: cfg.Duration.Seconds(),
 			Concurrency: cfg.Concurrency, Rate: cfg.Rate, Quantity: cfg.Quantity, Hot: cfg.Hot, Retry: cfg.Retry,
 			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed, Routes: cfg.Routes,
-			Spike: cfg.Spike, Reads: cfg.Reads}}
+			Spike: cfg.Spike, Reads: cfg.Reads, Workload: cfg.Workload}}
+	if cfg.Workload == WorkloadHolds {
+		rep.Config.HoldTTLMS = ms(cfg.HoldTTL)
+	}
 	if cfg.Rate > 0 {
 		rep.Config.LatencyFrom = "intended start"
 	}
@@ -110,6 +113,11 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 	strategies, err := pickStrategies(cfg, mode, offered)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.cartWorkload() && len(cfg.Strategies) == 0 {
+		if strategies = cartOnly(strategies); len(strategies) == 0 {
+			return nil, errNoCartStrategy
+		}
 	}
 	if !demo {
 		logf(logw, "the targets are not in demo mode: running only their own strategy, without simulated work")
@@ -256,24 +264,46 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *
 	if sr.logw != nil && !cfg.Quiet {
 		pr.w, pr.tty = sr.logw, isTerminal(sr.logw)
 	}
+	var sampler *statsSampler
+	if cfg.cartWorkload() {
+		sampler = startSampler(ctx, admin)
+	}
 	start := time.Now()
 	elapsed, chaosEv := fire(ctx, w, pr, ch, start, cfg.Seed+int64(round), chaosRun{strategy: info, hotID: items[0].ID, round: round})
+	var samples [][]ItemStats
+	if sampler != nil {
+		samples = sampler.stopSampling()
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	replays, unresolved := w.reconcile(ctx)
-
-	// Every instance shares one database: any of them gives the state.
-	stats, err := admin.stats(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: GET /api/stats: %w", label, err)
+	var (
+		replays, unresolved int
+		stats               []ItemStats
+		orders              []order
+		f                   verdict.Findings
+		figures             *CartFigures
+	)
+	if cfg.cartWorkload() {
+		out, err := w.finishCarts(ctx, admin, strategy, samples, elapsed)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", label, err)
+		}
+		replays, unresolved, stats, orders, f, figures = out.replays, out.unresolve, out.stats, out.orders, out.findings, out.figures
+		ps, projected := w.cartPurchases(orders)
+		chaosEv.settle(start, ps, projected, len(apis), w.items[0].ID)
+	} else {
+		replays, unresolved = w.reconcile(ctx)
+		// Every instance shares one database: any of them gives the state.
+		if stats, err = admin.stats(ctx); err != nil {
+			return nil, fmt.Errorf("%s: GET /api/stats: %w", label, err)
+		}
+		if orders, err = admin.orders(ctx); err != nil {
+			return nil, fmt.Errorf("%s: GET /api/orders: %w", label, err)
+		}
+		chaosEv.settle(start, w.results, orders, len(apis), w.items[0].ID)
+		f = check(strategy, w.results, stats, orders)
 	}
-	orders, err := admin.orders(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: GET /api/orders: %w", label, err)
-	}
-	chaosEv.settle(start, w.results, orders, len(apis), w.items[0].ID)
-	f := check(strategy, w.results, stats, orders)
 	if strategy == "" && len(orders) > 0 {
 		label = orders[0].Strategy
 		info, _ = storeapi.Find(sr.offered, label)
@@ -284,6 +314,9 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *
 	for _, p := range w.results {
 		res.Sends += len(p.Attempts)
 	}
+	if cfg.cartWorkload() {
+		res.Requests, res.Sends, res.Carts = len(w.cartList)+len(w.holdList), int(w.sends.Load()), figures
+	}
 	res.ReqPerSec = float64(res.Sends) / max(elapsed.Seconds(), 1e-3)
 	res.Latency, res.Distribution = latencyOf(w.hist)
 	res.Verdict = f.Verdict()
@@ -291,7 +324,11 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *
 	res.Failed = res.ExpectedSafe && res.Verdict != verdict.Safe
 	res.Reads = int(w.reads.Load())
 	res.InFlight = w.inFlightSeries
-	res.History = checkHistory(ctx, cfg, w.rec, items, vizPathFor(cfg, res.Label()))
+	if cfg.cartWorkload() {
+		res.History = w.cartHistory(ctx, cfg, items, vizPathFor(cfg, res.Label()))
+	} else {
+		res.History = checkHistory(ctx, cfg, w.rec.Operations(), items, vizPathFor(cfg, res.Label()))
+	}
 	res.History.Expected = res.ExpectedSafe
 	res.History.Failed = res.ExpectedSafe && res.History.Verdict == histNotLinearizable
 	res.Failed = res.Failed || res.History.Failed

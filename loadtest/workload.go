@@ -85,6 +85,11 @@ type workload struct {
 
 	resMu   sync.Mutex
 	results []*purchase
+	// -workload cart and holds (cart.go, holds.go): the checkouts and holds, and every
+	// request they sent.
+	cartList []*cart
+	holdList []*hold
+	sends    atomic.Int64
 }
 
 func newHistogram() *hdrhistogram.Histogram {
@@ -278,6 +283,10 @@ func (w *workload) runClosed(ctx, runCtx context.Context, limit int, seed int64)
 				inst := i % len(w.apis)
 				if w.cfg.Concurrency < len(w.apis) { // fewer workers than instances: rotate
 					inst = n % len(w.apis)
+				}
+				if w.cfg.Workload == WorkloadCart || w.cfg.Workload == WorkloadHolds {
+					w.cartStep(ctx, rng, n, inst)
+					continue
 				}
 				mine = append(mine, w.execute(ctx, w.next(rng, n, inst)))
 			}

@@ -3,6 +3,7 @@ package verdict
 import (
 	"fmt"
 	"sort"
+	"time"
 )
 
 // Answer is what one HTTP purchase attempt (or replay) was told.
@@ -12,6 +13,9 @@ type Answer struct {
 	OrderID  int64   // the order of a 201 or 200 (an idempotent replay)
 	Strategy string  // the strategy a 201 or 200 names
 	WorkMS   float64 // simulated work the server spent on it (0 if unknown)
+	// A cart's answer (cart.go): the lines its receipt names, and when it was sent.
+	Lines []Line
+	Sent  time.Time
 }
 
 // Purchase is one purchase as its client saw it: one idempotency key, the attempts sent for
@@ -34,37 +38,51 @@ type Order struct {
 	FenceToken     int64   // the lock's fencing token that wrote it (0: none)
 	IdempotencyKey *string // nil: sent without one
 	BatchID        int64   // the write transaction (0: unknown)
+	Lines          []Line  // one per item (nil: the server does not list them)
 }
 
 // Findings is what Check learns from the servers' state and the client's own record.
 type Findings struct {
-	SoldUnits        int            `json:"sold_units"`           // sum of the items' sold units
-	Created          int            `json:"created"`              // 201 answers
-	Replayed         int            `json:"replayed"`             // 200 answers (idempotent replays)
-	SoldOutAnswers   int            `json:"sold_out_answers"`     // sold_out and insufficient_stock answers
-	ErrorsByCode     map[string]int `json:"errors_by_code"`       // every other failed attempt, by error code
-	StatusCounts     map[string]int `json:"status_counts"`        // every attempt, by HTTP status ("0" = no answer)
-	OversoldUnits    int            `json:"oversold_units"`       // sum over items of max(0, sold − initial), plus units below zero stock
-	NegativeStock    int            `json:"negative_stock"`       // items whose stock is below zero
-	LostUpdates      int            `json:"lost_updates"`         // sum over items of |initial − stock − sold|
-	OrdersWithout201 int            `json:"orders_without_201"`   // order rows no 201/200 of ours accounts for
-	DuplicateOrders  int            `json:"duplicate_orders"`     // extra order rows sharing one idempotency key
-	MissingOrders    int            `json:"missing_orders"`       // 201/200 answers whose order row is missing or differs
-	WrongStrategy    int            `json:"wrong_strategy"`       // 201/200 answers or order rows naming another strategy
-	KeyConflicts     int            `json:"key_conflicts"`        // keys answered with two different order ids
-	StatsMismatch    int            `json:"stats_mismatch"`       // items whose stats disagree with their order rows
-	TokenRewrites    int            `json:"token_rewrites"`       // fence tokens written by more than one transaction (batch)
-	WriteTxs         int            `json:"write_transactions"`   // distinct (item, batch_id) among the orders: the write transactions that sold
-	MeanBatch        float64        `json:"mean_batch"`           // orders per write transaction (> 1: coalesced holds)
-	WorkSpentMS      float64        `json:"work_spent_ms"`        // simulated work the servers spent, every attempt
-	WastedWorkMS     float64        `json:"wasted_work_ms"`       // of it, on attempts that were then refused (no 2xx)
-	Violations       []string       `json:"violations,omitempty"` // one line per broken invariant
+	SoldUnits        int            `json:"sold_units"`         // sum of the items' sold units
+	Created          int            `json:"created"`            // 201 answers
+	Replayed         int            `json:"replayed"`           // 200 answers (idempotent replays)
+	SoldOutAnswers   int            `json:"sold_out_answers"`   // sold_out and insufficient_stock answers
+	ErrorsByCode     map[string]int `json:"errors_by_code"`     // every other failed attempt, by error code
+	StatusCounts     map[string]int `json:"status_counts"`      // every attempt, by HTTP status ("0" = no answer)
+	OversoldUnits    int            `json:"oversold_units"`     // sum over items of max(0, sold − initial), plus units below zero stock
+	NegativeStock    int            `json:"negative_stock"`     // items whose stock is below zero
+	LostUpdates      int            `json:"lost_updates"`       // sum over items of |initial − stock − sold|
+	OrdersWithout201 int            `json:"orders_without_201"` // order rows no 201/200 of ours accounts for
+	DuplicateOrders  int            `json:"duplicate_orders"`   // extra order rows sharing one idempotency key
+	MissingOrders    int            `json:"missing_orders"`     // 201/200 answers whose order row is missing or differs
+	WrongStrategy    int            `json:"wrong_strategy"`     // 201/200 answers or order rows naming another strategy
+	KeyConflicts     int            `json:"key_conflicts"`      // keys answered with two different order ids
+	StatsMismatch    int            `json:"stats_mismatch"`     // items whose stats disagree with their order rows
+	TokenRewrites    int            `json:"token_rewrites"`     // fence tokens written by more than one transaction (batch)
+	WriteTxs         int            `json:"write_transactions"` // distinct (item, batch_id) among the orders: the write transactions that sold
+	MeanBatch        float64        `json:"mean_batch"`         // orders per write transaction (> 1: coalesced holds)
+	// The cart and hold workloads (cart.go).
+	PartialOrders    int `json:"partial_orders,omitempty"`    // orders or answers whose lines are not their cart's: a cart sold in part
+	HeldUnits        int `json:"held_units,omitempty"`        // sum of the items' units in active holds after the run
+	ExpiredConfirmed int `json:"expired_confirmed,omitempty"` // holds confirmed by a request sent after their expiry
+	HoldMismatch     int `json:"hold_mismatch,omitempty"`     // holds whose final state disagrees with their answers
+	FenceRegressions int `json:"fence_regressions,omitempty"` // lines written with an older token than an earlier line of the item
+	StrandedUnits    int `json:"stranded_units,omitempty"`    // units of expired holds that could not be sold again
+	Samples          int `json:"samples,omitempty"`           // GET /api/stats sampled during the run
+	SampledOversold  int `json:"sampled_oversold,omitempty"`  // most units beyond the stock (sold + held − initial) one sample showed
+	SampledLost      int `json:"sampled_lost,omitempty"`      // most units one sample showed off |initial − stock − sold − held|
+
+	WorkSpentMS  float64  `json:"work_spent_ms"`        // simulated work the servers spent, every attempt
+	WastedWorkMS float64  `json:"wasted_work_ms"`       // of it, on attempts that were then refused (no 2xx)
+	Violations   []string `json:"violations,omitempty"` // one line per broken invariant
 }
 
 // Counts returns what f's verdict follows from.
 func (f *Findings) Counts() Counts {
-	return Counts{Sold: f.SoldUnits, Oversold: f.OversoldUnits, LostUpdates: f.LostUpdates,
-		Mismatches: f.OrdersWithout201 + f.DuplicateOrders + f.MissingOrders + f.WrongStrategy + f.KeyConflicts + f.StatsMismatch + f.TokenRewrites}
+	return Counts{Sold: f.SoldUnits, Oversold: f.OversoldUnits + f.SampledOversold, LostUpdates: f.LostUpdates + f.SampledLost,
+		Stranded: f.StrandedUnits,
+		Mismatches: f.OrdersWithout201 + f.DuplicateOrders + f.MissingOrders + f.WrongStrategy + f.KeyConflicts + f.StatsMismatch + f.TokenRewrites +
+			f.PartialOrders + f.ExpiredConfirmed + f.HoldMismatch + f.FenceRegressions}
 }
 
 // Verdict names the most severe broken invariant of f (Safe when none).

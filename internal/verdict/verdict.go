@@ -1,5 +1,8 @@
 // Package verdict judges a run of purchases against the storefront's invariants: no unit sold
-// beyond the stock, stock down by exactly the units sold, one order per answered purchase.
+// beyond the stock, stock down by exactly the units sold, one order per answered purchase; and
+// a run of carts and stock holds (CheckCarts): every order with all its lines, stock down by
+// exactly the units sold and held, no hold confirmed after its expiry, expired holds' units
+// sellable again.
 // It knows only numbers and answers (plain types below), never the storefront's packages, so
 // every client of the storefront (the load test, the lab's burst runner) names a run's outcome
 // the same way.
@@ -11,6 +14,7 @@ import "fmt"
 const (
 	Oversold      = "OVERSOLD"       // units sold beyond the stock, or stock below zero
 	LostUpdate    = "LOST UPDATE"    // the stock does not show every unit sold (a write overwrote another)
+	Stranded      = "STRANDED STOCK" // units neither sold nor sellable (an expired hold's units not given back)
 	OrderMismatch = "ORDER MISMATCH" // answers and order rows disagree (a missing, duplicate or foreign order)
 	Blocked       = "BLOCKED"        // a lock nobody could take refused every waiting buyer
 	Safe          = "SAFE"           // every invariant held
@@ -23,6 +27,7 @@ type Item struct {
 	Stock        int // stock now
 	SoldUnits    int // units of its order rows
 	OrderCount   int // its order rows
+	HeldUnits    int // units of its active holds: off the stock, not sold
 }
 
 // Counts is what a verdict follows from.
@@ -30,6 +35,7 @@ type Counts struct {
 	Sold        int  // units sold in the run
 	Oversold    int  // units sold beyond the stock, plus units below zero stock
 	LostUpdates int  // units sold that the stock does not show, or the reverse
+	Stranded    int  // units of expired holds that could not be sold again
 	Mismatches  int  // answers and order rows that disagree
 	Blocked     bool // a lock nobody could take refused every waiting buyer
 }
@@ -41,6 +47,8 @@ func (c Counts) Verdict() string {
 		return Oversold
 	case c.LostUpdates > 0:
 		return LostUpdate
+	case c.Stranded > 0:
+		return Stranded
 	case c.Mismatches > 0:
 		return OrderMismatch
 	case c.Blocked:
