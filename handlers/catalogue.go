@@ -43,24 +43,24 @@ func ItemViews(items []inventory.Item) []ItemView {
 // quantity as the order's), one per item for a cart's order, whose item_id is 0 when it has
 // several lines and whose quantity is the sum of its lines.
 type orderView struct {
-	OrderID        int64                `json:"order_id"`
-	ItemID         int64                `json:"item_id"`
-	Quantity       int                  `json:"quantity"`
-	Lines          []inventory.CartLine `json:"lines"`
-	Strategy       string               `json:"strategy"`
-	FenceToken     int64                `json:"fence_token"`
-	IdempotencyKey *string              `json:"idempotency_key"`
-	Degraded       bool                 `json:"degraded,omitempty"`
-	BatchID        int64                `json:"batch_id"`
-	CreatedAt      time.Time            `json:"created_at"`
+	OrderID        int64                   `json:"order_id"`
+	ItemID         int64                   `json:"item_id"`
+	Quantity       int                     `json:"quantity"`
+	Lines          []inventory.LineReceipt `json:"lines"`
+	Strategy       string                  `json:"strategy"`
+	FenceToken     int64                   `json:"fence_token"`
+	IdempotencyKey *string                 `json:"idempotency_key"`
+	Degraded       bool                    `json:"degraded,omitempty"`
+	BatchID        int64                   `json:"batch_id"`
+	CreatedAt      time.Time               `json:"created_at"`
 }
 
-func newOrderViews(orders []inventory.Order, lines map[int64][]inventory.CartLine) []orderView {
+func newOrderViews(orders []inventory.Order, lines map[int64][]inventory.LineReceipt) []orderView {
 	views := make([]orderView, 0, len(orders))
 	for _, o := range orders {
 		ls := lines[o.ID]
 		if ls == nil {
-			ls = []inventory.CartLine{} // an order deleted by a reset between the two reads
+			ls = []inventory.LineReceipt{} // an order deleted by a reset between the two reads
 		}
 		views = append(views, orderView{
 			OrderID: o.ID, ItemID: o.ItemID, Quantity: o.Quantity, Lines: ls, Strategy: o.Strategy,

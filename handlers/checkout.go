@@ -24,7 +24,7 @@ type Carts interface {
 	ConfirmHold(ctx context.Context, id int64) (inventory.CartReceipt, error)
 	CancelHold(ctx context.Context, id int64) error
 	// OrderLines gives GET /api/orders the lines of the orders it lists.
-	OrderLines(ctx context.Context, ids []int64) (map[int64][]inventory.CartLine, error)
+	OrderLines(ctx context.Context, ids []int64) (map[int64][]inventory.LineReceipt, error)
 }
 
 // cartRoutes registers the cart and hold routes:

@@ -366,8 +366,8 @@ func (st store) readItems(ctx context.Context, ids []int64) (map[int64]row, erro
 
 // orderLinesOf returns the lines of every order of ids, by order id, each ascending by item
 // (one statement: the lines of a committed order never change).
-func (st store) orderLinesOf(ctx context.Context, ids []int64) (map[int64][]CartLine, error) {
-	out := make(map[int64][]CartLine, len(ids))
+func (st store) orderLinesOf(ctx context.Context, ids []int64) (map[int64][]LineReceipt, error) {
+	out := make(map[int64][]LineReceipt, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
@@ -375,7 +375,7 @@ func (st store) orderLinesOf(ctx context.Context, ids []int64) (map[int64][]Cart
 	for i, id := range ids {
 		args[i] = id
 	}
-	q := `SELECT order_id, item_id, quantity FROM order_lines WHERE order_id IN (?` +
+	q := `SELECT order_id, item_id, quantity, remaining, fence_token FROM order_lines WHERE order_id IN (?` +
 		strings.Repeat(", ?", len(ids)-1) + `) ORDER BY order_id, item_id`
 	rows, err := st.sqlDB.QueryContext(ctx, st.sql(q), args...)
 	if err != nil {
@@ -384,8 +384,8 @@ func (st store) orderLinesOf(ctx context.Context, ids []int64) (map[int64][]Cart
 	defer rows.Close()
 	for rows.Next() {
 		var order int64
-		var l CartLine
-		if err := rows.Scan(&order, &l.ItemID, &l.Quantity); err != nil {
+		var l LineReceipt
+		if err := rows.Scan(&order, &l.ItemID, &l.Quantity, &l.Remaining, &l.FenceToken); err != nil {
 			return nil, err
 		}
 		out[order] = append(out[order], l)

@@ -37,12 +37,20 @@ func testOrderLines(t *testing.T, be backend) {
 
 	got, err := s.OrderLines(ctx, []int64{p.OrderID, cart.OrderID, one.OrderID, held.OrderID, 999999})
 	require.NoError(t, err)
+	items := map[int64][]inventory.CartLine{}
+	for id, ls := range got {
+		for _, l := range ls {
+			items[id] = append(items[id], inventory.CartLine{ItemID: l.ItemID, Quantity: l.Quantity})
+		}
+	}
 	assert.Equal(t, map[int64][]inventory.CartLine{
 		p.OrderID:    lines(b, 2),
 		cart.OrderID: lines(a, 3, c, 3),
 		one.OrderID:  lines(a, 1),
 		held.OrderID: lines(a, 1, b, 1),
-	}, got)
+	}, items)
+	assert.Equal(t, cart.Lines, got[cart.OrderID], "each line with the stock its write left and its token, as the checkout answered")
+	assert.Equal(t, []inventory.LineReceipt{{ItemID: b, Quantity: 2, Remaining: p.Remaining, FenceToken: p.FenceToken}}, got[p.OrderID])
 
 	orders, err := s.ListOrders(ctx, inventory.OrderQuery{})
 	require.NoError(t, err)

@@ -453,10 +453,11 @@ const MaxOrderLinesQuery = 1000
 
 // OrderLines returns the lines of the orders ids names, by order id, each ascending by item:
 // one line for an order of one purchase, one per item for a cart's order (whose Order has
-// ItemID 0 when it has several lines). An id that names no order is absent from the map. It
+// ItemID 0 when it has several lines), each with the stock its write left and the token it was
+// written with. An id that names no order is absent from the map. It
 // fails with ErrInvalid for more than MaxOrderLinesQuery ids, and with an error wrapping
 // ErrUnavailable when the database cannot be reached.
-func (s *Service) OrderLines(ctx context.Context, ids []int64) (map[int64][]CartLine, error) {
+func (s *Service) OrderLines(ctx context.Context, ids []int64) (map[int64][]LineReceipt, error) {
 	if len(ids) > MaxOrderLinesQuery {
 		return nil, fmt.Errorf("%w: at most %d orders at once, got %d", ErrInvalid, MaxOrderLinesQuery, len(ids))
 	}
