@@ -41,6 +41,7 @@ type ChaosEvent struct {
 	Baseline     float64 `json:"baseline_req_per_s,omitempty"` // latency: req/s of the same strategy without the latency
 
 	Hang *HangFigures `json:"hang,omitempty"` // -chaos redis-hang and db-hang (hang.go)
+	Mix  *MixSchedule `json:"mix,omitempty"`  // -chaos mix: the faults fired (mix.go)
 }
 
 // Milestone is one step of a fault, in seconds since the strategy's run began.
@@ -87,6 +88,8 @@ type chaos struct {
 	// -chaos redis-hang, db-hang: how long the process stays stopped; the instances' --on-redis-down
 	hangFor     time.Duration
 	onRedisDown string
+	// -chaos mix: the pause between two faults is drawn from [mixGap, 2*mixGap)
+	mixGap time.Duration
 }
 
 // chaosRun is the strategy's run a fault is brought to.

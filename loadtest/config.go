@@ -53,6 +53,8 @@ type Config struct {
 	HangFor      time.Duration // how long the process stays stopped
 	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
 	MaxPurchases int           // db-hang: --max-purchases of the instances
+
+	MixGap time.Duration // -chaos mix: the pause between two faults is drawn from [MixGap, 2*MixGap); 0: defaultMixGap
 }
 
 // Routes of the purchases to the instances (-route).
@@ -122,6 +124,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.DurationVar(&c.HangFor, "hang-for", 8*time.Second, "-chaos redis-hang, db-hang: how long the process stays stopped (SIGSTOP, then SIGCONT)")
 	fs.StringVar(&c.OnRedisDown, "on-redis-down", "guard", `-chaos redis-hang: --on-redis-down of the instances, "guard" or "fail"`)
 	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
+	fs.DurationVar(&c.MixGap, "mix-gap", defaultMixGap, "-chaos mix: the pause before each fault is drawn between this and twice it")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -240,7 +243,7 @@ func (c *Config) validate() error {
 		return usageErr("-perf: -duration (per phase) must be 100ms..10m, got %s", c.Duration)
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
-	case c.mode().judge != nil && (c.HangFor < 2*time.Second || c.HangFor > 5*time.Minute):
+	case (c.Chaos == chaosRedisHang || c.Chaos == chaosDBHang) && (c.HangFor < 2*time.Second || c.HangFor > 5*time.Minute):
 		return usageErr("-hang-for must be 2s..5m (the hung window starts 1.5s after the stop), got %s", c.HangFor)
 	case c.Chaos == chaosRedisHang && c.OnRedisDown != "guard" && c.OnRedisDown != "fail":
 		return usageErr(`-on-redis-down must be "guard" or "fail", got %q`, c.OnRedisDown)
@@ -248,6 +251,8 @@ func (c *Config) validate() error {
 		return usageErr("-chaos db-hang needs -db postgres (it stops the private PostgreSQL server the load test starts; SQLite runs inside the storefronts and cannot hang alone)")
 	case c.Chaos == chaosDBHang && (c.MaxPurchases < 1 || c.MaxPurchases > 100000):
 		return usageErr("-max-purchases must be 1..100000, got %d", c.MaxPurchases)
+	case c.Chaos == chaosMix && c.MixGap != 0 && (c.MixGap < 10*time.Millisecond || c.MixGap > time.Minute):
+		return usageErr("-mix-gap must be 10ms..1m, got %s", c.MixGap)
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
 	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):

@@ -121,7 +121,8 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			return nil, err
 		}
 		if mode.inject != nil {
-			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown}
+			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown,
+				mixGap: cfg.MixGap}
 			if cl.Redis != nil {
 				ch.rdb = cl.Redis.Client()
 				defer ch.rdb.Close()
@@ -139,7 +140,7 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 	round := 0
 	for _, route := range cfg.Routes {
 		for _, strategy := range strategies {
-			res, err := run.strategy(ctx, strategy, route, ch, mode, round)
+			res, err := run.strategy(ctx, strategy, route, "", ch, mode, round)
 			round++
 			if err != nil {
 				return rep, err
@@ -217,8 +218,9 @@ type strategyRun struct {
 
 // strategy resets the catalogue, fires the workload routed by route (with the chaos mode's
 // fault when ch is set), reconciles client timeouts, checks the invariants, and compares the
-// verdict with what mode expects of the strategy's class.
-func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *chaos, mode chaosMode, round int) (*StrategyResult, error) {
+// verdict with what mode expects of the strategy's class. fault labels a run under a fault
+// applied to the whole cluster (mode.second), "" for the others.
+func (sr strategyRun) strategy(ctx context.Context, strategy, route, fault string, ch *chaos, mode chaosMode, round int) (*StrategyResult, error) {
 	cfg, apis := sr.cfg, sr.apis
 	label := strategy
 	if label == "" {
@@ -275,7 +277,7 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route string, ch *
 		label = orders[0].Strategy
 		info, _ = storeapi.Find(sr.offered, label)
 	}
-	res := &StrategyResult{Strategy: label, Route: route, showRoute: len(cfg.Routes) > 1, Instances: len(apis), Requests: len(w.results), Replays: replays,
+	res := &StrategyResult{Strategy: label, Fault: fault, Route: route, showRoute: len(cfg.Routes) > 1, Instances: len(apis), Requests: len(w.results), Replays: replays,
 		Unresolved: unresolved, Missed: int(w.missed.Load()), InitialStock: cfg.Items * cfg.Stock,
 		DurationS: elapsed.Seconds(), Items: stats, Chaos: chaosEv, Findings: f, Class: classOf(info)}
 	for _, p := range w.results {
@@ -309,12 +311,9 @@ func (sr strategyRun) underFault(ctx context.Context, strategy, route string, mo
 		return nil, err
 	}
 	defer undo()
-	res, err := sr.strategy(ctx, strategy, route, nil, mode, round)
-	if err != nil {
-		return nil, err
-	}
-	res.Fault = label
-	return res, nil
+	// The label is the run's before its history is checked: the visualization files of the
+	// two runs of one strategy get different names.
+	return sr.strategy(ctx, strategy, route, label, nil, mode, round)
 }
 
 // resetCatalogue replaces the catalogue and returns its items by id: the first is the hot one.
