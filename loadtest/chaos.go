@@ -90,6 +90,8 @@ type chaos struct {
 	onRedisDown string
 	// -chaos mix: the pause between two faults is drawn from [mixGap, 2*mixGap)
 	mixGap time.Duration
+	// -chaos mix: > 0 holds the run until that many full rounds fired (chaosRun.rounds)
+	mixRounds int
 }
 
 // chaosRun is the strategy's run a fault is brought to.
@@ -97,6 +99,9 @@ type chaosRun struct {
 	strategy storeapi.Strategy // as the server describes it
 	hotID    int64             // the hot item
 	round    int               // the run's number
+	// rounds, when not nil, is closed by -chaos mix once cfg.MixRounds full rounds fired (or
+	// the schedule ended): the run goes on until then.
+	rounds chan struct{}
 }
 
 // run waits a little into the run (200 ms; 20 ms for a strategy that takes a lock), then

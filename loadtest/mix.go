@@ -144,6 +144,12 @@ schedule:
 			}
 		}
 		sched.Rounds = round + 1
+		if sched.Rounds == m.c.mixRounds {
+			close(r.rounds) // the run may end now (-mix-rounds)
+		}
+	}
+	if r.rounds != nil && sched.Rounds < m.c.mixRounds {
+		close(r.rounds)
 	}
 	for _, k := range kinds {
 		if sched.Fired[k] == 0 {

@@ -204,6 +204,10 @@ var chaosModes = []chaosMode{
 		defaults: func(c *Config, set map[string]bool) {
 			// Two rounds of every kind at the default lease and gap.
 			faultDuration(c, set, time.Minute)
+			if !set["stock"] {
+				// Stock that lasts the run: the faults land while the hot lock is wanted.
+				c.Stock = 1_000_000
+			}
 		},
 	},
 	{
