@@ -212,3 +212,24 @@ func TestChaosMixSchedule(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) { run(t, DBPostgres, "guard") })
 	assert.Empty(t, children(t))
 }
+
+// TestMissedScheduleReported: a run whose schedule missed a kind is failed as such in the
+// table and the HTML report, not as a strategy that broke an invariant.
+func TestMissedScheduleReported(t *testing.T) {
+	miss := "the fault schedule missed clock: " + mixMissedHint
+	rep := &Report{Mode: "self-contained", Config: ReportConfig{Chaos: chaosMix}, Failed: []string{"guard"}, ExitCode: 1,
+		Strategies: []StrategyResult{{Strategy: "guard", Verdict: verdict.Safe, ExpectedSafe: true, Failed: true,
+			Findings: verdict.Findings{Violations: []string{miss}}}}}
+	var out bytes.Buffer
+	rep.WriteTable(&out)
+	assert.Contains(t, out.String(), "SAFE (FAIL: see below)")
+	assert.Contains(t, out.String(), "guard: "+miss)
+	assert.NotContains(t, out.String(), "called safe")
+	file := filepath.Join(t.TempDir(), "r.html")
+	require.NoError(t, rep.WriteHTML(file))
+	page, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.Contains(t, string(page), "SAFE (failed: see below)")
+	assert.Contains(t, string(page), "guard failed:")
+	assert.NotContains(t, string(page), "called safe")
+}
