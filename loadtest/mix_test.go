@@ -66,6 +66,7 @@ func TestMixConfig(t *testing.T) {
 	assert.Equal(t, time.Minute, c.Duration)
 	assert.Zero(t, c.Requests)
 	assert.Equal(t, 1_000_000, c.Stock)
+	assert.Equal(t, 2*time.Minute, c.CheckTimeout)
 	assert.Equal(t, defaultMixGap, c.MixGap)
 	assert.Zero(t, c.MixRounds)
 	c, err = parseConfig([]string{"-chaos", "mix", "-duration", "20s", "-mix-gap", "300ms", "-mix-rounds", "2", "-stock", "50"}, io.Discard)

@@ -208,6 +208,11 @@ var chaosModes = []chaosMode{
 				// Stock that lasts the run: the faults land while the hot lock is wanted.
 				c.Stock = 1_000_000
 			}
+			if !set["check-timeout"] {
+				// A minute of faults leaves thousands of operations of unknown outcome (lost
+				// answers), which Porcupine must place both ways: 30s is too short for them.
+				c.CheckTimeout = 2 * time.Minute
+			}
 		},
 	},
 	{
