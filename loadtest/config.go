@@ -257,6 +257,8 @@ func (c *Config) validate() error {
 		return usageErr("-mix-gap must be 10ms..1m, got %s", c.MixGap)
 	case c.MixRounds < 0 || c.MixRounds > 100:
 		return usageErr("-mix-rounds must be 0..100, got %d", c.MixRounds)
+	case c.MixRounds > 0 && c.Chaos != chaosMix:
+		return usageErr("-mix-rounds applies to -chaos mix")
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
 	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):

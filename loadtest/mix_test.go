@@ -79,6 +79,8 @@ func TestMixConfig(t *testing.T) {
 	assert.EqualError(t, err, "-mix-gap must be 10ms..1m, got 5ms")
 	_, err = parseConfig([]string{"-chaos", "mix", "-mix-rounds", "-1"}, io.Discard)
 	assert.EqualError(t, err, "-mix-rounds must be 0..100, got -1")
+	_, err = parseConfig([]string{"-chaos", "pause", "-mix-rounds", "1"}, io.Discard)
+	assert.EqualError(t, err, "-mix-rounds applies to -chaos mix")
 	_, err = parseConfig([]string{"-chaos", "mix", "-hang-for", "1s"}, io.Discard)
 	assert.NoError(t, err, "-hang-for is only checked for the hang modes")
 }

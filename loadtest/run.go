@@ -348,7 +348,7 @@ func fire(ctx context.Context, w *workload, pr *progress, ch *chaos, start time.
 	var ev *ChaosEvent
 	chaosDone := make(chan struct{})
 	stopChaos := make(chan struct{})
-	if ch != nil && ch.mixRounds > 0 {
+	if ch != nil && ch.mode.name == chaosMix && ch.mixRounds > 0 {
 		r.rounds = make(chan struct{}) // -chaos mix closes it once its rounds fired
 	}
 	if ch != nil {
