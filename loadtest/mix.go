@@ -34,7 +34,7 @@ const (
 var mixKinds = []string{mixPause, mixKill, mixRedisEmpty, mixRedisSnapshot, mixPartition, mixLatency, mixClock, mixPostgres}
 
 // defaultMixGap is -mix-gap's default: the pause between two faults is drawn from [gap, 2*gap).
-const defaultMixGap = 1500 * time.Millisecond
+const defaultMixGap = time.Second
 
 // errCutShort is a fault that the end of the run interrupted: undone early, not counted as fired.
 var errCutShort = errors.New("cut short by the end of the run")
