@@ -10,7 +10,8 @@ import (
 	"github.com/stockguard/stockguard/internal/storeapi"
 )
 
-// ChaosEvent reports one pause of an instance during a strategy's run.
+// ChaosEvent reports the fault a chaos mode brought during one strategy's run (a pause of an
+// instance, a failover, a cut, a hang, the fault schedule of -chaos mix) and its timeline.
 type ChaosEvent struct {
 	Instance  int     `json:"instance"`           // index of the paused instance
 	PID       int     `json:"pid"`                // its process id
