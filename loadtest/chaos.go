@@ -10,7 +10,8 @@ import (
 	"github.com/stockguard/stockguard/internal/storeapi"
 )
 
-// ChaosEvent reports one pause of an instance during a strategy's run.
+// ChaosEvent reports the fault a chaos mode brought during one strategy's run (a pause of an
+// instance, a failover, a cut, a hang, the fault schedule of -chaos mix) and its timeline.
 type ChaosEvent struct {
 	Instance  int     `json:"instance"`           // index of the paused instance
 	PID       int     `json:"pid"`                // its process id
@@ -41,6 +42,7 @@ type ChaosEvent struct {
 	Baseline     float64 `json:"baseline_req_per_s,omitempty"` // latency: req/s of the same strategy without the latency
 
 	Hang *HangFigures `json:"hang,omitempty"` // -chaos redis-hang and db-hang (hang.go)
+	Mix  *MixSchedule `json:"mix,omitempty"`  // -chaos mix: the faults fired (mix.go)
 }
 
 // Milestone is one step of a fault, in seconds since the strategy's run began.
@@ -87,6 +89,10 @@ type chaos struct {
 	// -chaos redis-hang, db-hang: how long the process stays stopped; the instances' --on-redis-down
 	hangFor     time.Duration
 	onRedisDown string
+	// -chaos mix: the pause between two faults is drawn from [mixGap, 2*mixGap)
+	mixGap time.Duration
+	// -chaos mix: > 0 holds the run until that many full rounds fired (chaosRun.rounds)
+	mixRounds int
 }
 
 // chaosRun is the strategy's run a fault is brought to.
@@ -94,6 +100,9 @@ type chaosRun struct {
 	strategy storeapi.Strategy // as the server describes it
 	hotID    int64             // the hot item
 	round    int               // the run's number
+	// rounds, when not nil, is closed by -chaos mix once cfg.MixRounds full rounds fired (or
+	// the schedule ended): the run goes on until then.
+	rounds chan struct{}
 }
 
 // run waits a little into the run (200 ms; 20 ms for a strategy that takes a lock), then

@@ -94,30 +94,3 @@ func TestChaosClock(t *testing.T) {
 	assert.Equal(t, histLinearizable, s.History.Verdict, s.History.Reason)
 	assert.Equal(t, 0, rep.ExitCode)
 }
-
-// TestChaosMix runs -chaos mix on guard: faults drawn every few seconds, each on the timeline,
-// and guard stays SAFE with a linearizable history.
-func TestChaosMix(t *testing.T) {
-	needStorefront(t)
-	needClock(t)
-	ctx := context.Background()
-	cfg := smallRun("guard")
-	cfg.Chaos, cfg.Lease = chaosMix, 500*time.Millisecond
-	cfg.Requests, cfg.Duration, cfg.Stock, cfg.Reads, cfg.CheckTimeout = 0, 7*time.Second, 1000, 0.1, defaultCheckTimeout
-	require.NoError(t, cfg.validate())
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyMix})
-	require.NoError(t, err)
-	defer cl.Close()
-	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
-	require.NoError(t, err)
-	s := rep.Strategies[0]
-	require.NotNil(t, s.Chaos)
-	t.Logf("%s %s: %s", s.Strategy, s.Verdict, s.Chaos)
-	assert.Positive(t, s.Chaos.FaultAt, "a fault was brought")
-	assert.GreaterOrEqual(t, len(s.Chaos.Timeline), 3, "two faults or more, and the summary")
-	assert.Contains(t, s.Chaos.Timeline[len(s.Chaos.Timeline)-1].What, "faults: ")
-	assert.Equal(t, verdict.Safe, s.Verdict, s.Violations)
-	require.NotNil(t, s.History)
-	assert.Equal(t, histLinearizable, s.History.Verdict, s.History.Reason)
-	assert.Equal(t, 0, rep.ExitCode)
-}

@@ -70,6 +70,7 @@ type Cluster struct {
 type Instance struct {
 	Index int
 	URL   string
+	args  []string // its command line (RestartInstance starts it again with the same one)
 	cmd   *exec.Cmd
 	out   *logSink
 	done  chan struct{} // closed when the process has exited and been reaped
@@ -271,8 +272,16 @@ func (c *Cluster) startRedis(cfg ClusterConfig) (func(i int) string, error) {
 			return nil, err
 		}
 	}
+	dir := cfg.RedisDir
+	if cfg.Redis == TopologyMix && dir == "" {
+		// -chaos mix restarts the redis-server from its snapshot too: it keeps one here.
+		dir = filepath.Join(c.Dir, "redis")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
 	var err error
-	if c.Redis, err = startRedis(cfg.RedisDir, env...); err != nil {
+	if c.Redis, err = startRedis(dir, env...); err != nil {
 		return nil, err
 	}
 	logf("redis: %s at %s", c.Redis.Kind, c.Redis.URL)
@@ -317,6 +326,47 @@ func (c *Cluster) StartInstance(ctx context.Context) (*Instance, error) {
 		return nil, err
 	}
 	return in, in.waitReady(ctx, 30*time.Second)
+}
+
+// RestartInstance kills instance i at once (SIGKILL, as a crash would: it releases nothing),
+// waits down, and starts it again with the same command line on the same port (its clients see
+// refused connections meanwhile), then waits until it is ready. It returns the new process;
+// c.Instances[i] is replaced by it.
+func (c *Cluster) RestartInstance(ctx context.Context, i int, down time.Duration) (*Instance, error) {
+	c.mu.Lock()
+	old := c.Instances[i]
+	c.mu.Unlock()
+	old.Kill()
+	t := time.NewTimer(down)
+	select { // no early return: the instance is started again whatever happens
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	addr := strings.TrimPrefix(old.URL, "http://")
+	args := append([]string(nil), old.args...)
+	for k := 0; k+1 < len(args); k++ {
+		if args[k] == "--addr" {
+			args[k+1] = addr
+		}
+	}
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the old socket may linger briefly
+		var in *Instance
+		if in, err = startInstance(c.bin, args, i, c.Dir); err != nil {
+			return nil, err
+		}
+		if err = in.waitListening(context.WithoutCancel(ctx), 30*time.Second); err != nil {
+			in.stop(time.Second)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		c.mu.Lock()
+		c.Instances[i] = in
+		c.mu.Unlock()
+		return in, in.waitReady(context.WithoutCancel(ctx), 30*time.Second)
+	}
+	return nil, fmt.Errorf("start instance %d again on %s: %w", i, addr, err)
 }
 
 // Close stops every instance (concurrently), then Redis, and removes the temporary directory.
@@ -373,7 +423,8 @@ func (c *Cluster) startDB(ctx context.Context, db string, logf func(string, ...a
 }
 
 func startInstance(bin string, args []string, idx int, dir string) (*Instance, error) {
-	logFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("instance-%d.log", idx)))
+	// Appended to: an instance started again (RestartInstance) goes on in the same log.
+	logFile, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("instance-%d.log", idx)), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +440,7 @@ func startInstance(bin string, args []string, idx int, dir string) (*Instance, e
 		logFile.Close()
 		return nil, fmt.Errorf("start storefront: %w", err)
 	}
-	in := &Instance{Index: idx, cmd: cmd, out: sink, done: make(chan struct{}), state: "running"}
+	in := &Instance{Index: idx, args: args, cmd: cmd, out: sink, done: make(chan struct{}), state: "running"}
 	go func() { // owner: the Instance; ends when the process exits (stop() guarantees that)
 		_ = cmd.Wait()
 		logFile.Close()

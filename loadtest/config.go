@@ -57,6 +57,9 @@ type Config struct {
 	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
 	MaxPurchases int           // db-hang: --max-purchases of the instances
 	StreamHold   time.Duration // self-contained mode: --stream-hold of the instances (0: their default)
+
+	MixGap    time.Duration // -chaos mix: the pause between two faults is drawn from [MixGap, 2*MixGap); 0: defaultMixGap
+	MixRounds int           // -chaos mix: > 0 extends each strategy's run past Duration until that many full rounds of faults fired
 }
 
 // Routes of the purchases to the instances (-route).
@@ -131,6 +134,8 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.DurationVar(&c.StreamHold, "stream-hold", 0, "self-contained mode: --stream-hold of the instances, how long one hold of lock+guard keeps admitting\n"+
 		"the buyers who arrive while it works (0: the storefront's default, none); pair it with -route item")
 	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
+	fs.DurationVar(&c.MixGap, "mix-gap", defaultMixGap, "-chaos mix: the pause before each fault is drawn between this and twice it")
+	fs.IntVar(&c.MixRounds, "mix-rounds", 0, "-chaos mix: run each strategy past -duration until this many full rounds of every fault kind fired (0: -duration alone)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "usage: go run ./loadtest [flags]   (self-contained unless -target is given)")
@@ -253,7 +258,7 @@ func (c *Config) validate() error {
 		return usageErr("-stream-hold applies to the self-contained mode; set --stream-hold on the -target servers")
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
-	case c.mode().judge != nil && (c.HangFor < 2*time.Second || c.HangFor > 5*time.Minute):
+	case (c.Chaos == chaosRedisHang || c.Chaos == chaosDBHang) && (c.HangFor < 2*time.Second || c.HangFor > 5*time.Minute):
 		return usageErr("-hang-for must be 2s..5m (the hung window starts 1.5s after the stop), got %s", c.HangFor)
 	case c.Chaos == chaosRedisHang && c.OnRedisDown != "guard" && c.OnRedisDown != "fail":
 		return usageErr(`-on-redis-down must be "guard" or "fail", got %q`, c.OnRedisDown)
@@ -271,6 +276,12 @@ func (c *Config) validate() error {
 		return usageErr("-workload %s: a cart spans several items: -route item does not apply", c.Workload)
 	case c.Workload == WorkloadHolds && (c.HoldTTL < time.Second || c.HoldTTL > time.Hour):
 		return usageErr("-hold-ttl must be 1s..1h, got %s", c.HoldTTL)
+	case c.Chaos == chaosMix && c.MixGap != 0 && (c.MixGap < 10*time.Millisecond || c.MixGap > time.Minute):
+		return usageErr("-mix-gap must be 10ms..1m, got %s", c.MixGap)
+	case c.MixRounds < 0 || c.MixRounds > 100:
+		return usageErr("-mix-rounds must be 0..100, got %d", c.MixRounds)
+	case c.MixRounds > 0 && c.Chaos != chaosMix:
+		return usageErr("-mix-rounds applies to -chaos mix")
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
 	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):

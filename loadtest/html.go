@@ -26,6 +26,8 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"work":  fmtWork,
 	"batch": fmtBatch,
 	"base":  filepath.Base,
+	// mixStrip draws a -chaos mix run's faults (timeline.go).
+	"mixStrip": mixStrip,
 }).Parse(reportHTML))
 
 // WriteHTML writes r as a self-contained HTML page with its charts.

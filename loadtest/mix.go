@@ -2,138 +2,172 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/stockguard/stockguard/internal/redisproc"
 )
 
 // TopologyMix is TopologyProxied with the clock of TopologyClock: one redis-server whose clock
-// the load test can step, reached by each instance through its own proxy (-chaos mix).
+// the load test can step and which keeps a snapshot directory, reached by each instance through
+// its own proxy (-chaos mix).
 const TopologyMix = "mix"
 
-// mixFaults are the faults -chaos mix draws from, by name.
-var mixFaults = []string{"pause", "partition", "latency", "clock", "redis-restart"}
+// The fault kinds of -chaos mix.
+const (
+	mixPause         = "pause"                  // SIGSTOP an instance for 3x the lease
+	mixKill          = "kill"                   // SIGKILL an instance, start it again on its port
+	mixRedisEmpty    = "redis-restart-empty"    // SIGKILL redis-server, restart it without its snapshot
+	mixRedisSnapshot = "redis-restart-snapshot" // SAVE, a lease of writes, SIGKILL, restart from the snapshot
+	mixPartition     = "partition-flap"         // an instance's link to Redis cut and healed four times
+	mixLatency       = "latency"                // 20-80ms each way on every link to Redis for 2x the lease
+	mixClock         = "clock"                  // Redis's clock stepped 2x the lease forward while a holder works
+	mixPostgres      = "postgres-restart"       // the private PostgreSQL stopped in immediate mode, started again
+)
 
-// mix brings one fault every 1.5 to 3 seconds, drawn from mixFaults, each undone before the
-// next: SIGSTOP of an instance for 3x the lease, its link to Redis black-holed for 1.5x the
-// lease, 50ms each way on every link for two seconds, Redis's clock stepped forward by twice the
-// lease, redis-server killed (SIGKILL) and restarted empty on the same port (locks and fencing
-// counters lost). Every fault is on the timeline; the invariants and the history are checked
-// at the end as in every run.
+// mixKinds are the fault kinds of -chaos mix, in the order the reports list them; the last
+// one only when the run uses the private PostgreSQL server (-db postgres).
+var mixKinds = []string{mixPause, mixKill, mixRedisEmpty, mixRedisSnapshot, mixPartition, mixLatency, mixClock, mixPostgres}
+
+// defaultMixGap is -mix-gap's default: the pause between two faults is drawn from [gap, 2*gap).
+const defaultMixGap = time.Second
+
+// errCutShort is a fault that the end of the run interrupted: undone early, not counted as fired.
+var errCutShort = errors.New("cut short by the end of the run")
+
+// MixSchedule is what -chaos mix fired during one strategy's run. The schedule goes round the
+// kinds, each round in a new random order, so that every kind fires once before any fires
+// twice; a kind never fired in full (Missed) fails the run.
+type MixSchedule struct {
+	Kinds  []string       `json:"kinds"`            // the kinds the run had to fire
+	Fired  map[string]int `json:"fired"`            // faults brought and undone in full, per kind
+	Failed map[string]int `json:"failed,omitempty"` // faults that could not be brought (the error is on the timeline), per kind
+	Missed []string       `json:"missed,omitempty"` // kinds never fired in full: the run was too short for the schedule
+	Rounds int            `json:"rounds"`           // rounds completed
+	Faults []MixFault     `json:"faults"`           // every fault, in order
+}
+
+// MixFault is one fault of the schedule, its times in seconds since the strategy's run began.
+type MixFault struct {
+	Kind    string  `json:"kind"`
+	Round   int     `json:"round"`
+	At      float64 `json:"at_s"`    // when it began (0: it never did)
+	End     float64 `json:"end_s"`   // when it was undone
+	What    string  `json:"what"`    // its first step, as on the timeline
+	Outcome string  `json:"outcome"` // "fired", "cut short by the end of the run", or why it could not be brought
+}
+
+// Complete reports whether every kind fired at least once.
+func (s *MixSchedule) Complete() bool { return len(s.Missed) == 0 }
+
+// summary is the schedule's last line on the timeline: the count per kind, and what was missed.
+func (s *MixSchedule) summary() string {
+	parts := make([]string, 0, len(s.Kinds))
+	for _, k := range s.Kinds {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, s.Fired[k]))
+	}
+	line := fmt.Sprintf("fault schedule: %d fault(s) in %d full round(s): %s", len(s.Faults), s.Rounds, strings.Join(parts, " "))
+	if s.Complete() {
+		return line + "; every kind fired"
+	}
+	return line + "; MISSED " + strings.Join(s.Missed, ", ") + ": " + mixMissedHint
+}
+
+// mixMissedHint tells what to do when the schedule missed a kind.
+const mixMissedHint = "the run ended before every kind fired (give a longer -duration or a shorter -mix-gap)"
+
+// mixOrder returns the kinds of one round in a random order.
+func mixOrder(rng *rand.Rand, kinds []string) []string {
+	order := slices.Clone(kinds)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return order
+}
+
+// mixKindsOf returns the kinds the schedule must fire on cl.
+func mixKindsOf(cl *Cluster) []string {
+	if cl.Postgres != nil {
+		return slices.Clone(mixKinds)
+	}
+	return slices.DeleteFunc(slices.Clone(mixKinds), func(k string) bool { return k == mixPostgres })
+}
+
+// mix brings one fault after another until the run ends, a random pause of [gap, 2*gap)
+// before each, going round the kinds (mixKinds) in a random order per round; each fault is
+// undone before the next. Every step is on the timeline, and the last line counts the faults
+// per kind; the invariants and the history are checked at the end as in every run.
 func (c *chaos) mix(ctx context.Context, stop <-chan struct{}, start time.Time, r chaosRun) *ChaosEvent {
 	ev := &ChaosEvent{Mode: chaosMix}
+	kinds := mixKindsOf(c.cluster)
+	sched := &MixSchedule{Kinds: kinds, Fired: map[string]int{}, Failed: map[string]int{}}
+	ev.Mix = sched
 	rng := rand.New(rand.NewPCG(uint64(r.round)+1, uint64(r.hotID)))
-	counts := map[string]int{}
-	for {
-		if !c.wait(ctx, stop, 1500*time.Millisecond+time.Duration(rng.IntN(1500))*time.Millisecond) {
-			break
+	gap := c.mixGap
+	if gap <= 0 {
+		gap = defaultMixGap
+	}
+	m := &mixer{c: c, ctx: ctx, stop: stop, start: start, ev: ev, rng: rng, run: r}
+schedule:
+	for round := 0; ; round++ {
+		for _, kind := range mixOrder(rng, kinds) {
+			if !c.wait(ctx, stop, gap+time.Duration(rng.Int64N(int64(gap)))) {
+				break schedule
+			}
+			f := MixFault{Kind: kind, Round: round}
+			first := len(ev.Timeline)
+			at, err := m.fire(kind)
+			f.At, f.End = at, time.Since(start).Seconds()
+			if len(ev.Timeline) > first {
+				f.What = ev.Timeline[first].What
+			}
+			switch {
+			case errors.Is(err, errCutShort):
+				f.Outcome = errCutShort.Error()
+				ev.mark(start, "%s %s", kind, errCutShort)
+			case err != nil:
+				f.Outcome = err.Error()
+				sched.Failed[kind]++
+				ev.mark(start, "%s could not be brought: %v", kind, err)
+			default:
+				f.Outcome = "fired"
+				sched.Fired[kind]++
+			}
+			if at > 0 && ev.FaultAt == 0 {
+				ev.FaultAt, ev.PausedAt = at, at
+			}
+			sched.Faults = append(sched.Faults, f)
+			if errors.Is(err, errCutShort) {
+				break schedule
+			}
 		}
-		name := mixFaults[rng.IntN(len(mixFaults))]
-		at, err := c.mixFault(ctx, stop, ev, start, name, rng)
-		if err != nil {
-			ev.mark(start, "%s: %v", name, err)
-			continue
-		}
-		counts[name]++
-		if ev.FaultAt == 0 {
-			ev.FaultAt, ev.PausedAt = at, at
+		sched.Rounds = round + 1
+		if sched.Rounds == m.c.mixRounds {
+			close(r.rounds) // the run may end now (-mix-rounds)
 		}
 	}
-	var parts []string
-	for _, f := range mixFaults {
-		if counts[f] > 0 {
-			parts = append(parts, fmt.Sprintf("%s×%d", f, counts[f]))
+	if r.rounds != nil && sched.Rounds < m.c.mixRounds {
+		close(r.rounds)
+	}
+	for _, k := range kinds {
+		if sched.Fired[k] == 0 {
+			sched.Missed = append(sched.Missed, k)
 		}
 	}
-	ev.ResumedAt = ev.mark(start, "faults: %s", strings.Join(parts, " "))
-	if len(parts) == 0 {
+	ev.ResumedAt = ev.mark(start, "%s", sched.summary())
+	if len(sched.Faults) == 0 {
 		ev.Note = "the run ended before the first fault"
 	}
 	return ev
 }
 
-// mixFault brings one fault and undoes it; it returns when the fault began.
-func (c *chaos) mixFault(ctx context.Context, stop <-chan struct{}, ev *ChaosEvent, start time.Time, name string, rng *rand.Rand) (float64, error) {
-	i := rng.IntN(len(c.cluster.Instances))
-	in := c.cluster.Instances[i]
-	switch name {
-	case "pause":
-		if err := in.Pause(); err != nil {
-			return 0, err
-		}
-		at := ev.mark(start, "instance %d (pid %d) paused (SIGSTOP) for %s", i, in.PID(), 3*c.lease)
-		c.wait(ctx, stop, 3*c.lease)
-		if err := in.Resume(); err != nil {
-			return at, err
-		}
-		ev.mark(start, "instance %d resumed", i)
-		return at, nil
-	case "partition":
-		l := c.cluster.Links[i]
-		if err := l.Blackhole(); err != nil {
-			return 0, err
-		}
-		at := ev.mark(start, "instance %d's link to Redis black-holed for %s", i, 3*c.lease/2)
-		c.wait(ctx, stop, 3*c.lease/2)
-		if err := l.Heal(); err != nil {
-			return at, err
-		}
-		ev.mark(start, "instance %d's link healed", i)
-		return at, nil
-	case "latency":
-		at := ev.mark(start, "50ms each way on every link to Redis for 2s")
-		for _, l := range c.cluster.Links {
-			if err := l.Latency(50 * time.Millisecond); err != nil {
-				return at, err
-			}
-		}
-		c.wait(ctx, stop, 2*time.Second)
-		for _, l := range c.cluster.Links {
-			_ = l.Heal()
-		}
-		ev.mark(start, "latency removed")
-		return at, nil
-	case "clock":
-		offset, err := c.cluster.Clock.Jump(2 * c.lease)
-		if err != nil {
-			return 0, err
-		}
-		return ev.mark(start, "Redis's clock stepped %s forward (now +%s): every lease ends at once", 2*c.lease, offset), nil
-	case "redis-restart":
-		at := ev.mark(start, "redis-server (pid %d) killed (SIGKILL)", c.cluster.Redis.PID)
-		if err := c.cluster.Redis.RestartEmpty(); err != nil {
-			return at, err
-		}
-		ev.mark(start, "redis-server restarted empty (pid %d): locks and fencing counters lost", c.cluster.Redis.PID)
-		return at, nil
+// judgeMix fails a strategy's run whose fault schedule missed a kind.
+func judgeMix(_ Config, res *StrategyResult, _ time.Time, _ []*purchase, _ bool) []string {
+	switch {
+	case res.Chaos == nil || res.Chaos.Mix == nil:
+		return []string{"the fault schedule fired nothing: " + mixMissedHint}
+	case !res.Chaos.Mix.Complete():
+		return []string{fmt.Sprintf("the fault schedule missed %s: %s", strings.Join(res.Chaos.Mix.Missed, ", "), mixMissedHint)}
 	}
-	return 0, fmt.Errorf("unknown fault %q", name)
-}
-
-// RestartEmpty kills the redis-server (SIGKILL) and starts a new one on the same port with
-// nothing loaded (and the same environment: a shimmed clock keeps its offset).
-func (s *redisServer) RestartEmpty() error {
-	if s.srv == nil || s.srv.Kind != redisproc.KindChild {
-		return fmt.Errorf("restart: Redis is not a redis-server")
-	}
-	s.srv.Kill()
-	_, port, _ := net.SplitHostPort(s.Addr)
-	p, _ := strconv.Atoi(port)
-	opts := s.opts
-	opts.Dir = "" // a fresh temporary directory: no snapshot to load
-	var err error
-	for attempt := 0; attempt < 50; attempt++ { // the old socket may linger briefly
-		var srv *redisproc.Server
-		if srv, err = redisproc.StartChildOpts(s.path, p, opts); err == nil {
-			s.srv, s.PID = srv, srv.PID
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("restart redis-server on %s: %w", s.Addr, err)
+	return nil
 }

@@ -191,14 +191,28 @@ var chaosModes = []chaosMode{
 		},
 	},
 	{
-		name:        chaosMix,
-		help:        "one fault every few seconds drawn from: pause an instance, partition an instance's link (flapping), latency, a clock step, kill -9 redis-server and restart it empty (mix.go)",
+		name: chaosMix,
+		help: "one fault every -mix-gap to twice it, going round every kind in a random order per round: pause an instance past its lease, " +
+			"kill -9 an instance and start it again, kill -9 redis-server and restart it empty or from a snapshot, a flapping partition " +
+			"of an instance's link, slow links, Redis's clock stepped past the lease, and with -db postgres a crash restart of PostgreSQL; " +
+			"a kind never fired fails the run (mix.go)",
 		redis:       TopologyMix,
 		safe:        []strategyClass{classSafe},
 		inject:      (*chaos).mix,
+		judge:       judgeMix,
 		stopsHolder: true,
 		defaults: func(c *Config, set map[string]bool) {
-			faultDuration(c, set, 20*time.Second)
+			// Two rounds of every kind at the default lease and gap.
+			faultDuration(c, set, time.Minute)
+			if !set["stock"] {
+				// Stock that lasts the run: the faults land while the hot lock is wanted.
+				c.Stock = 1_000_000
+			}
+			if !set["check-timeout"] {
+				// A minute of faults leaves thousands of operations of unknown outcome (lost
+				// answers), which Porcupine must place both ways: 30s is too short for them.
+				c.CheckTimeout = 2 * time.Minute
+			}
 		},
 	},
 	{

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -58,13 +60,36 @@ func (s *redisServer) RestartFromSnapshot() error {
 	if s.opts.Dir == "" {
 		return errors.New("restart from snapshot: Redis was not started with a directory")
 	}
+	return s.restart(false)
+}
+
+// RestartEmpty kills the redis-server (SIGKILL) and starts a new one on the same port with
+// nothing loaded: its snapshot, if any, is deleted first (the same environment: a shimmed
+// clock keeps its offset).
+func (s *redisServer) RestartEmpty() error { return s.restart(true) }
+
+// restart kills the redis-server and starts it again on its port (empty: without a snapshot).
+func (s *redisServer) restart(empty bool) error {
+	if s.srv == nil || s.srv.Kind != redisproc.KindChild {
+		return errors.New("restart: Redis is not a redis-server")
+	}
 	s.srv.Kill()
+	opts := s.opts
+	if empty && opts.Dir != "" {
+		name := opts.DBFilename
+		if name == "" {
+			name = "dump.rdb"
+		}
+		if err := os.Remove(filepath.Join(opts.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
 	_, port, _ := net.SplitHostPort(s.Addr)
 	p, _ := strconv.Atoi(port)
 	var err error
 	for attempt := 0; attempt < 50; attempt++ { // the old socket may linger briefly
 		var srv *redisproc.Server
-		if srv, err = redisproc.StartChildOpts(s.path, p, s.opts); err == nil {
+		if srv, err = redisproc.StartChildOpts(s.path, p, opts); err == nil {
 			s.srv, s.PID = srv, srv.PID
 			return nil
 		}

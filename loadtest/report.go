@@ -199,8 +199,10 @@ func (r *Report) WriteTable(w io.Writer) {
 		switch {
 		case s.Failed && s.Verdict == verdict.Safe && s.History != nil && s.History.Failed:
 			shown += " (FAIL: history NOT linearizable)"
-		case s.Failed:
+		case s.Failed && s.ExpectedSafe && s.Verdict != verdict.Safe:
 			shown += " (FAIL: called safe)"
+		case s.Failed: // a fault's own target missed (judge): the lines below say which
+			shown += " (FAIL: see below)"
 		case !s.ExpectedSafe && s.Verdict != verdict.Safe:
 			shown += " (expected)"
 		}
