@@ -335,10 +335,16 @@ func (s *Service) sellCart(ctx context.Context, c cart, name string, work time.D
 
 // cartOnce is one attempt of a cart write.
 func (s *Service) cartOnce(ctx context.Context, c cart, name string, work time.Duration, record func(bool) recordFunc) (CartReceipt, error) {
-	// One read of every item: it names every unknown item and gives the token floors. It
-	// decides nothing else (the transaction does), except for naive, which writes what it read.
+	// One read of every item: it names every unknown item, gives the token floors, and
+	// refuses a cart with a line its item's available stock (expired holds' units included)
+	// cannot serve before any lock or work: that stock was read during the request, so the
+	// answer is true. It decides no sale (the transaction does), except for naive, which
+	// writes what it read.
 	rows, err := s.store.readItems(ctx, c.ids())
 	if err != nil {
+		return CartReceipt{}, err
+	}
+	if err := shortOnRead(c, rows); err != nil {
 		return CartReceipt{}, err
 	}
 	p := purchase{work: work}
@@ -404,10 +410,9 @@ func (s *Service) writeCartRecord(ctx context.Context, c cart, tokens map[int64]
 	return CartReceipt{OrderID: id, Lines: lines, Strategy: name}, nil
 }
 
-// naiveCart is the cart of naive, kept for teaching: it checks the stocks it read, works,
-// then writes the stocks it computed (unconditional UPDATEs) and the order in one
-// transaction. Concurrent carts overwrite each other's stocks: it oversells.
-func (s *Service) naiveCart(ctx context.Context, c cart, rows map[int64]row, p purchase, record recordFunc) (CartReceipt, error) {
+// shortOnRead returns the ShortLinesError naming every line of c that the stock read in rows
+// cannot serve, or nil.
+func shortOnRead(c cart, rows map[int64]row) error {
 	var short []ShortLine
 	for _, l := range c.lines {
 		if st := rows[l.itemID].Stock; st < l.quantity {
@@ -415,8 +420,15 @@ func (s *Service) naiveCart(ctx context.Context, c cart, rows map[int64]row, p p
 		}
 	}
 	if len(short) > 0 {
-		return CartReceipt{}, &ShortLinesError{Lines: short}
+		return &ShortLinesError{Lines: short}
 	}
+	return nil
+}
+
+// naiveCart is the cart of naive, kept for teaching: it checks the stocks it read, works,
+// then writes the stocks it computed (unconditional UPDATEs) and the order in one
+// transaction. Concurrent carts overwrite each other's stocks: it oversells.
+func (s *Service) naiveCart(ctx context.Context, c cart, rows map[int64]row, p purchase, record recordFunc) (CartReceipt, error) {
 	if err := s.deps.work(ctx, p); err != nil {
 		return CartReceipt{}, err
 	}
