@@ -145,7 +145,7 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 	if err := ctx.Err(); err != nil { // nothing sent: nothing to clean up
 		return 0, sent, 0, errors.Join(ErrNotObtained, err)
 	}
-	c.settle(ctx, k) // clean-ups of k that did not reach Redis (debts.go)
+	c.settle(ctx, k)                            // clean-ups of k that did not reach Redis (debts.go)
 	sc, conn, err := c.scripterFor(ctx, k.hash) // Options.Replicas: one connection, for the WAIT
 	if err != nil {
 		return 0, sent, 0, fmt.Errorf("locking: obtain %q: %w", k.name, err)
