@@ -127,6 +127,8 @@ func (r redisMultiLocker) ObtainMany(ctx context.Context, keys []KeyFloor) (Mult
 	switch {
 	case err == nil:
 		return m, nil
+	case errors.Is(err, locking.ErrNotReplicated): // before ErrNotObtained, which it is joined with
+		return nil, fmt.Errorf("%w: %d item locks: %w", ErrLockNotReplicated, len(keys), err)
 	case errors.Is(err, locking.ErrNotObtained):
 		return nil, fmt.Errorf("%w: %d item locks: %w", ErrLockTimeout, len(keys), err)
 	default:

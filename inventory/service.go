@@ -356,7 +356,7 @@ func fingerprint(itemID int64, quantity int) string {
 // isDomain reports whether err wraps one of the package's sentinels.
 func isDomain(err error) bool {
 	for _, s := range []error{ErrInvalid, ErrNotFound, ErrSoldOut, ErrInsufficientStock,
-		ErrIdempotencyConflict, ErrOverloaded, ErrLockTimeout, ErrLockLost, ErrUnavailable} {
+		ErrIdempotencyConflict, ErrOverloaded, ErrLockTimeout, ErrLockLost, ErrLockNotReplicated, ErrUnavailable} {
 		if errors.Is(err, s) {
 			return true
 		}
