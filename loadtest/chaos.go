@@ -87,6 +87,8 @@ type chaos struct {
 	// -chaos redis-hang, db-hang: how long the process stays stopped; the instances' --on-redis-down
 	hangFor     time.Duration
 	onRedisDown string
+	// -chaos failover: the instances' --lock-replicas (faults.go)
+	lockReplicas int
 }
 
 // chaosRun is the strategy's run a fault is brought to.

@@ -53,6 +53,8 @@ type Config struct {
 	HangFor      time.Duration // how long the process stays stopped
 	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
 	MaxPurchases int           // db-hang: --max-purchases of the instances
+
+	LockReplicas int // -chaos failover: --lock-replicas of the instances (replicas that acknowledge each lock)
 }
 
 // Routes of the purchases to the instances (-route).
@@ -121,6 +123,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.Var((*thresholdList)(&c.Thresholds), "threshold", "a bound each strategy's run must meet, else exit 3: p50|p90|p99|max|mean<200ms, errors<1%, rps>500 (repeatable, or comma-separated)")
 	fs.DurationVar(&c.HangFor, "hang-for", 8*time.Second, "-chaos redis-hang, db-hang: how long the process stays stopped (SIGSTOP, then SIGCONT)")
 	fs.StringVar(&c.OnRedisDown, "on-redis-down", "guard", `-chaos redis-hang: --on-redis-down of the instances, "guard" or "fail"`)
+	fs.IntVar(&c.LockReplicas, "lock-replicas", 0, "-chaos failover: --lock-replicas of the instances; 1 makes each lock wait for the replica's acknowledgement, so the promoted replica has it (lock is then expected SAFE)")
 	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -248,6 +251,10 @@ func (c *Config) validate() error {
 		return usageErr("-chaos db-hang needs -db postgres (it stops the private PostgreSQL server the load test starts; SQLite runs inside the storefronts and cannot hang alone)")
 	case c.Chaos == chaosDBHang && (c.MaxPurchases < 1 || c.MaxPurchases > 100000):
 		return usageErr("-max-purchases must be 1..100000, got %d", c.MaxPurchases)
+	case c.LockReplicas < 0 || c.LockReplicas > 1:
+		return usageErr("-lock-replicas must be 0 or 1 (the Sentinel set of -chaos failover has one replica), got %d", c.LockReplicas)
+	case c.LockReplicas > 0 && c.Chaos != chaosFailover:
+		return usageErr("-lock-replicas applies to -chaos failover, the one setting whose Redis has a replica")
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
 	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):

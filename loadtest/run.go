@@ -121,7 +121,8 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			return nil, err
 		}
 		if mode.inject != nil {
-			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown}
+			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown,
+				lockReplicas: cfg.LockReplicas}
 			if cl.Redis != nil {
 				ch.rdb = cl.Redis.Client()
 				defer ch.rdb.Close()
