@@ -40,6 +40,10 @@
 // watchdog type (watchdog.go) keeps any lease alive and applies the loss rule given only a
 // renew function. locking/README.md gives the order in which to read the files.
 //
+// Options.Replicas adds a WAIT for that many replicas after every acquisition and renewal, on
+// the connection that made it (replicas.go): a lock no replica acknowledged is given back and
+// tried again, a renewal no replica acknowledged counts as failed.
+//
 // The non-test code imports only go-redis and the standard library.
 package locking
 
