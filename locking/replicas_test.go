@@ -115,6 +115,28 @@ func TestReplicasAcquiredLockIsOnTheReplica(t *testing.T) {
 	require.NoError(t, m.Release(ctx))
 }
 
+// With the replica up, acknowledged renewals keep a lock (and a Multi) for three leases.
+func TestReplicasAcknowledgedRenewalsKeepTheLock(t *testing.T) {
+	verifyNoLeaks(t)
+	r := startReplicated(t)
+	const lease = 1500 * time.Millisecond
+	c := newClient(t, r.master, &Options{Replicas: 1, Lease: lease})
+	ctx := ctxT(t, 20*time.Second)
+	l, err := c.Obtain(ctx, uniqueKey(t))
+	require.NoError(t, err)
+	m, err := c.ObtainMany(ctx, []KeyFloor{{Key: uniqueKey(t)}, {Key: uniqueKey(t)}})
+	require.NoError(t, err)
+	select {
+	case <-l.Done():
+		t.Fatalf("lost: %v", l.Err())
+	case <-m.Done():
+		t.Fatalf("lost: %v", m.Err())
+	case <-time.After(3 * lease):
+	}
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, m.Release(ctx))
+}
+
 // With the replica stopped (connected, acknowledging nothing), every acquisition takes the
 // key on the master, WAITs in vain, gives it back and tries again until its wait ends: the
 // error is ErrNotReplicated (and ErrNotObtained), and no lock is left behind.
@@ -192,8 +214,9 @@ func TestReplicasNoReplicaRefusesTheLock(t *testing.T) {
 }
 
 // A renewal no replica acknowledges is a failed renewal: with the replica stopped mid-hold,
-// the watchdog declares the loss before the lease it last had acknowledged can end, although
-// the master renews the key all along (a Client without the option keeps the lock).
+// the watchdog declares the loss of a Lock and of a Multi before the lease it last had
+// acknowledged can end, although the master renews the keys all along (a Client without the
+// option keeps its lock).
 func TestReplicasUnacknowledgedRenewalsLoseTheLock(t *testing.T) {
 	verifyNoLeaks(t)
 	r := startReplicated(t)
@@ -206,13 +229,19 @@ func TestReplicasUnacknowledgedRenewalsLoseTheLock(t *testing.T) {
 	require.NoError(t, err)
 	p, err := plain.Obtain(ctx, uniqueKey(t))
 	require.NoError(t, err)
+	m, err := c.ObtainMany(ctx, []KeyFloor{{Key: uniqueKey(t)}, {Key: uniqueKey(t)}})
+	require.NoError(t, err)
 	r.stopReplica(t)
-	select {
-	case <-l.Done():
-	case <-time.After(3 * lease):
-		t.Fatal("the lock outlived three leases of unacknowledged renewals")
+	for _, done := range []<-chan struct{}{l.Done(), m.Done()} {
+		select {
+		case <-done:
+		case <-time.After(3 * lease):
+			t.Fatal("a lock outlived three leases of unacknowledged renewals")
+		}
 	}
 	assert.ErrorIs(t, l.Err(), ErrLost)
+	assert.ErrorIs(t, m.Err(), ErrLost, "the Multi's renewals (one pipeline and one WAIT per node) too")
+	assert.ErrorIs(t, m.Release(ctx), ErrNotHeld)
 	// The replica's copy of the lease ends one lease after the last acknowledged renewal ran.
 	lastAcked := time.Unix(0, l.h.wd.lastSent.Load())
 	t.Logf("loss declared %s before the acknowledged lease ended", lastAcked.Add(lease).Sub(time.Now()))
