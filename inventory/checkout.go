@@ -97,7 +97,9 @@ type KeyFloor struct {
 // cart and a single purchase of one item exclude each other.
 type MultiLocker interface {
 	// ObtainMany takes every key's lock, each token above its floor, or none; errors wrap
-	// ErrLockTimeout (the wait ended) or ErrUnavailable (the lock service is unreachable).
+	// ErrLockTimeout (the wait ended), ErrLockNotReplicated (the wait ended with the locks
+	// taken given back: too few replicas acknowledged them) or ErrUnavailable (the lock
+	// service is unreachable).
 	ObtainMany(ctx context.Context, keys []KeyFloor) (MultiHeld, error)
 }
 
@@ -220,7 +222,7 @@ func (s *Service) cartStrategy(name string, holds bool) (string, error) {
 // order (Replayed set); another cart under the key is ErrIdempotencyConflict. Errors wrap the
 // sentinels of Purchase: ErrInvalid, ErrNotFound (naming every unknown item),
 // ErrInsufficientStock, ErrIdempotencyConflict, ErrLockTimeout, ErrLockLost (after one retry;
-// nothing written), ErrUnavailable. A failed checkout writes nothing.
+// nothing written), ErrLockNotReplicated, ErrUnavailable. A failed checkout writes nothing.
 func (s *Service) Checkout(ctx context.Context, req CheckoutRequest) (CartReceipt, error) {
 	c, err := mergeLines(req.Lines)
 	if err != nil {
