@@ -325,3 +325,59 @@ func BenchmarkObtainReplicas(b *testing.B) {
 	b.ReportMetric(float64(took[1].Microseconds())/n, "us/obtain-replicas1")
 	b.ReportMetric(float64(took[1])/float64(took[0]), "ratio")
 }
+
+// The failover the option is for, on a real Sentinel set: a lock the replica acknowledged is
+// on the promoted replica after the master dies, so nobody else gets it until its holder
+// releases it; while the replica is cut off, no other lock is granted at all. A Client without
+// the option takes a lock on the master alone meanwhile, and the promoted replica grants it
+// again.
+func TestReplicasSentinelFailoverKeepsTheLock(t *testing.T) {
+	verifyNoLeaks(t)
+	set := redistest.StartSentinel(t)
+	rdb := redistest.FailoverClient(t, set)
+	opts := &Options{KeyPrefix: "snr:", Lease: 20 * time.Second, CallTimeout: 500 * time.Millisecond,
+		ReplicaTimeout: 100 * time.Millisecond}
+	c := New(rdb, &Options{KeyPrefix: opts.KeyPrefix, Lease: opts.Lease, CallTimeout: opts.CallTimeout,
+		ReplicaTimeout: opts.ReplicaTimeout, Replicas: 1})
+	defer c.Close()
+	other := New(rdb, opts) // another process, without the option: it only needs the lock free
+	defer other.Close()
+	ctx := ctxT(t, 60*time.Second)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+
+	replica := set.Replicas[0]
+	require.NoError(t, replica.Signal(syscall.SIGSTOP))
+	defer func() { _ = replica.Signal(syscall.SIGCONT) }()
+	require.NoError(t, rdb.ClientKillByFilter(ctx, "TYPE", "replica").Err())
+	_, err = c.TryObtain(ctx, uniqueKey(t))
+	require.ErrorIs(t, err, ErrNotReplicated, "the cut-off replica acknowledges nothing: no lock is granted")
+	unacked := uniqueKey(t) // what the option prevents: a lock on the master only
+	first, err := other.TryObtain(ctx, unacked)
+	require.NoError(t, err)
+
+	require.NoError(t, set.Master.Signal(syscall.SIGKILL))
+	require.NoError(t, replica.Signal(syscall.SIGCONT))
+	require.Eventually(t, func() bool {
+		addr, err := set.MasterAddr(ctx)
+		return err == nil && addr == replica.Addr
+	}, 30*time.Second, 50*time.Millisecond, "the Sentinels promote the replica")
+	var rerr error
+	require.Eventually(t, func() bool { // the failover client reaches the new master
+		octx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, rerr = other.TryObtain(octx, key)
+		return errors.Is(rerr, ErrNotObtained)
+	}, 20*time.Second, 50*time.Millisecond, "the promoted replica has the lock: nobody else gets it (last: %v)", rerr)
+	assert.NoError(t, l.Err(), "the holder still holds it")
+	second, err := other.TryObtain(ctx, unacked)
+	require.NoError(t, err, "without the option, the promoted replica grants the lock it missed a second time")
+	_ = second.Release(ctx)
+	_ = first.Release(ctx)
+	require.NoError(t, l.Release(ctx), "released on the promoted replica, where its hash is")
+	l2, err := other.TryObtain(ctx, key)
+	require.NoError(t, err)
+	assert.Greater(t, l2.Token(), l.Token(), "the promoted replica has the holder's fencing token too")
+	require.NoError(t, l2.Release(ctx))
+}
