@@ -90,9 +90,9 @@ func (c *Client) ackTimeout() time.Duration {
 }
 
 // ackAcquired is the WAIT after an acquire that took the key k for owner on conn (nil: no
-// WAIT asked). When fewer replicas acknowledged, it gives the key back with giveBack, which
-// reports whether the key is gone, and returns the ErrNotReplicated error: the attempt failed
-// and may be tried again. When the WAIT or the give-back failed, it cleans up with forget
+// WAIT asked). When fewer replicas acknowledged, it gives the key back with giveBack (a
+// compare-and-delete on any connection: the script already ran) and returns the
+// ErrNotReplicated error: the attempt failed and may be tried again. When the WAIT or the give-back failed, it cleans up with forget
 // (the owner tried for the last time) and returns an error that ends the wait: ErrNotObtained
 // joined with ctx's error when ctx ended it, a Redis error otherwise.
 func (c *Client) ackAcquired(ctx context.Context, conn *redis.Conn, name string,
@@ -123,8 +123,8 @@ func (c *Client) ackAcquired(ctx context.Context, conn *redis.Conn, name string,
 	return fmt.Errorf("locking: obtain %q: %w", name, err)
 }
 
-// shortfall records the ErrNotReplicated of the attempts of one obtain: notObtained joins the
-// last one to an ErrNotObtained that ended the wait.
+// shortfall records the ErrNotReplicated of the attempts of one obtain: result joins the last
+// one to an ErrNotObtained that ended the wait.
 type shortfall struct{ last error }
 
 // note records err if it is a shortfall, and reports whether it was.
