@@ -83,6 +83,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			owner, c.lease.Milliseconds(), strconv.FormatInt(cfg.floor, 10), "0", try,
 			timeout.Milliseconds(), fk.turn).Int64Slice()
 		if err != nil {
+			c.reloadOnMoved(err)
 			return nil, 0, c.attemptFailed(ctx, err, fmt.Sprintf("obtain %q", key),
 				func(ctx context.Context) { _, _ = c.fairScript(ctx, k, owner, true, true, true) })
 		}

@@ -68,6 +68,7 @@ func (c *Client) renew(ctx context.Context, h *hold) (bool, error) {
 	}
 	defer closeConn(conn)
 	n, err := renewScript.Run(ctx, sc, []string{h.k.hash}, h.owner, c.lease.Milliseconds()).Int64()
+	c.reloadOnMoved(err)
 	if err != nil || n != 1 || conn == nil {
 		return n == 1, err
 	}

@@ -59,6 +59,17 @@ func (c *Client) scripterFor(ctx context.Context, key string) (redis.Scripter, *
 	return conn, conn, nil
 }
 
+// reloadOnMoved makes a Cluster client reload its slot map when a call on one node's
+// connection (scripterFor) met a slot that moved (MOVED, ASK): the cluster client follows
+// them itself, a node's connection cannot. The call itself failed; the next one goes to the
+// slot's new master.
+func (c *Client) reloadOnMoved(err error) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if ok && err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+		cc.ReloadState(context.Background())
+	}
+}
+
 // closeConn returns a connection of scripterFor to the pool (nil: none).
 func closeConn(conn *redis.Conn) {
 	if conn != nil {
@@ -181,6 +192,9 @@ func (c *Client) evalEachAcked(ctx context.Context, script *redis.Script, ks []k
 				sub[j] = ks[i]
 			}
 			got := evalEach(ctx, conn, script, sub, args)
+			for _, cmd := range got {
+				c.reloadOnMoved(cmd.Err())
+			}
 			var werr error
 			if !slices.ContainsFunc(got, func(cmd *redis.Cmd) bool { return cmd.Err() != nil }) {
 				werr = c.waitReplicas(ctx, conn) // a failed script is its key's error already
