@@ -27,6 +27,7 @@ type config struct {
 	strategy        string
 	lockLease       time.Duration
 	lockWait        time.Duration
+	lockReplicas    int // --lock-replicas: replicas that must acknowledge each lock (locking.Options.Replicas)
 	adminToken      string
 	demo            bool
 	maxInflight     int
@@ -58,6 +59,7 @@ var envOf = map[string]string{
 	"strategy":              "STRATEGY",
 	"lock-lease":            "LOCK_LEASE",
 	"lock-wait":             "LOCK_WAIT",
+	"lock-replicas":         "LOCK_REPLICAS",
 	"admin-token":           "ADMIN_TOKEN",
 	"demo":                  "DEMO",
 	"max-inflight-per-item": "MAX_INFLIGHT_PER_ITEM",
@@ -94,6 +96,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.strategy, "strategy", inventory.StrategyLockGuard, "default purchase strategy: "+strategyNames())
 	durationVar(fs, &c.lockLease, "lock-lease", 30*time.Second, "lease of an item lock (renewed by the watchdog); "+demoLease.String()+" by default with --demo")
 	durationVar(fs, &c.lockWait, "lock-wait", 5*time.Second, "longest wait for an item lock before 503 lock_timeout")
+	fs.IntVar(&c.lockReplicas, "lock-replicas", 0, "replicas of the Redis master that must acknowledge each lock acquisition and renewal\n"+
+		"(WAIT, within --redis-call-timeout); fewer give the lock back and try again until --lock-wait,\n"+
+		"then 503 lock_not_replicated. Needs one --redis deployment with replicas (Sentinel, or a master with replicas; 0 = off)")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of POST /api/admin/reset; empty: a random one, logged once")
 	fs.BoolVar(&c.demo, "demo", false, "demo mode, for learning on your own machine: accept X-Strategy and X-Simulated-Work,\n"+
 		"serve /api/debug/locks and Go's profiles (/debug/pprof/); unless built with -tags nodemo, offer the demo\n"+
@@ -161,11 +166,12 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 }
 
 // demoLease is the default lock lease in demo mode, demoAddr its default listen address (loopback
-// only); maxInstances bounds --instances.
+// only); maxInstances bounds --instances; maxLockReplicas bounds --lock-replicas.
 const (
-	demoLease    = 2 * time.Second
-	demoAddr     = "127.0.0.1:8080"
-	maxInstances = 16
+	maxLockReplicas = 16
+	demoLease       = 2 * time.Second
+	demoAddr        = "127.0.0.1:8080"
+	maxInstances    = 16
 )
 
 // exposed reports whether a demo server listens beyond loopback: then the lab's mutating
@@ -243,6 +249,12 @@ func (c config) validate() error {
 		return fmt.Errorf("--max-batch %d must be 1..10000", c.maxBatch)
 	case c.holdTTL < inventory.MinHoldTTL || c.holdTTL > inventory.MaxHoldTTL:
 		return fmt.Errorf("--hold-ttl %s must be %s..%s", c.holdTTL, inventory.MinHoldTTL, inventory.MaxHoldTTL)
+	case c.lockReplicas < 0 || c.lockReplicas > maxLockReplicas:
+		return fmt.Errorf("--lock-replicas %d must be 0..%d", c.lockReplicas, maxLockReplicas)
+	case c.lockReplicas > 0 && len(c.redisURLList()) == 0:
+		return errors.New("--lock-replicas needs --redis naming a deployment with replicas: the Redis started without --redis has none, so no lock would ever be acknowledged")
+	case c.lockReplicas > 0 && len(c.redisURLList()) > 1:
+		return errors.New("--lock-replicas does not apply to Redlock (several --redis URLs): its nodes are independent masters without replicas to wait for")
 	case c.maxInflight < 0:
 		return fmt.Errorf("--max-inflight-per-item %d is negative", c.maxInflight)
 	case c.redisCall < 10*time.Millisecond || c.redisCall > 10*time.Second:

@@ -76,6 +76,9 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--redis", "redis://h:1?master_name=m", "--redis-cluster"}, nil, "choose one"},
 		{[]string{"--max-batch", "0"}, nil, "--max-batch 0 must be 1..10000"},
 		{[]string{"--hold-ttl", "2h"}, nil, "--hold-ttl 2h0m0s must be 1s..1h0m0s"},
+		{[]string{"--lock-replicas", "-1", "--redis", "redis://h:1"}, nil, "--lock-replicas -1 must be 0..16"},
+		{[]string{"--lock-replicas", "1"}, nil, "--lock-replicas needs --redis"},
+		{[]string{"--lock-replicas", "1", "--redis", "redis://a:1,redis://b:1"}, nil, "does not apply to Redlock"},
 	} {
 		var stderr bytes.Buffer
 		code := run(t.Context(), tt.args, func(k string) string { return tt.env[k] }, &stderr)
@@ -163,4 +166,12 @@ func TestRedisLoggerIsDebug(t *testing.T) {
 	assert.Empty(t, out.String())
 	redisLogger{newLogger(&out, slog.LevelDebug)}.Printf(t.Context(), "redis: connection pool: failed to dial: %s", "refused")
 	assert.Contains(t, out.String(), "level=DEBUG")
+}
+
+// --lock-replicas (LOCK_REPLICAS) is read with one deployment's URL, a Sentinel's here.
+func TestConfigLockReplicas(t *testing.T) {
+	env := map[string]string{"LOCK_REPLICAS": "1", "REDIS_URL": "redis://s1:26379?master_name=m&addr=s2:26379"}
+	c, err := parseConfig(nil, func(k string) string { return env[k] }, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.lockReplicas)
 }

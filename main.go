@@ -127,6 +127,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 			Lease:       cfg.lockLease,
 			Wait:        cfg.lockWait,
 			CallTimeout: cfg.redisCall,
+			Replicas:    cfg.lockReplicas,
 			Breakers:    brk,
 			Logger:      logger.With("component", component),
 			Hooks:       hooks,
@@ -134,6 +135,10 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	}
 	lockClient := locking.New(rb.client, lockOpts(inventory.LockKeyPrefix, "locking"))
 	defer closeLogged(logger, "lock client", lockClient.Close)
+	if cfg.lockReplicas > 0 {
+		notice(logger, "lock replicas", "replicas", cfg.lockReplicas, "wait_timeout", cfg.redisCall,
+			"note", "each lock acquisition and renewal waits for this many replicas to acknowledge it (WAIT)")
+	}
 	var redlock inventory.Locker
 	if nodes := rb.nodes; len(nodes) > 1 {
 		rl := locking.NewRedlock(nodes, lockOpts(inventory.RedlockKeyPrefix, "redlock"))

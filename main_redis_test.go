@@ -122,3 +122,26 @@ func metricsText(t *testing.T, s *server) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// --lock-replicas 1: through Sentinel (a master with one replica) lock+guard sells, each
+// lock acknowledged by the replica; on a Redis without replicas every lock is given back and
+// the purchase is answered 503 lock_not_replicated once --lock-wait ends.
+func TestServeLockReplicas(t *testing.T) {
+	t.Run("replicated", func(t *testing.T) {
+		set := redistest.StartSentinel(t)
+		s := startServer(t, nil, append(baseArgs(t), "--redis", set.URL(), "--lock-replicas", "1")...)
+		assert.Equal(t, http.StatusCreated, s.call("POST", "/api/items/1/purchase", `{"quantity":1}`, nil))
+		assert.Equal(t, 0, s.shutdown())
+	})
+	t.Run("no replica", func(t *testing.T) {
+		srv := redistest.Start(t)
+		s := startServer(t, nil, append(baseArgs(t), "--redis", srv.URL(), "--lock-replicas", "1",
+			"--lock-wait", "300ms")...)
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		assert.Equal(t, http.StatusServiceUnavailable, s.call("POST", "/api/items/1/purchase", `{"quantity":1}`, &e))
+		assert.Equal(t, "lock_not_replicated", e.Error.Code)
+		assert.Equal(t, 0, s.shutdown())
+	})
+}

@@ -65,6 +65,7 @@ var errorTable = []struct {
 	{inventory.ErrOverloaded, apiError{status: http.StatusTooManyRequests, code: "overloaded", retryAfter: true}},
 	{inventory.ErrLockTimeout, apiError{status: http.StatusServiceUnavailable, code: "lock_timeout", retryAfter: true}},
 	{inventory.ErrLockLost, apiError{status: http.StatusServiceUnavailable, code: "lock_lost", retryAfter: true}},
+	{inventory.ErrLockNotReplicated, apiError{status: http.StatusServiceUnavailable, code: "lock_not_replicated", retryAfter: true}},
 	// The wrapped details of unavailable name hosts and drivers: log them, show the sentinel.
 	{inventory.ErrUnavailable, apiError{status: http.StatusServiceUnavailable, code: "unavailable",
 		message: inventory.ErrUnavailable.Error() + "; retry later", retryAfter: true}},

@@ -217,6 +217,7 @@ func TestServiceErrors(t *testing.T) {
 		{fmt.Errorf("%w: 12 in flight", inventory.ErrOverloaded), 429, "overloaded", true},
 		{fmt.Errorf("%w: item 1", inventory.ErrLockTimeout), 503, "lock_timeout", true},
 		{fmt.Errorf("%w: item 1", inventory.ErrLockLost), 503, "lock_lost", true},
+		{fmt.Errorf("%w: item 1", inventory.ErrLockNotReplicated), 503, "lock_not_replicated", true},
 		{fmt.Errorf("%w: dial tcp 10.0.0.1:6379: secret-host", inventory.ErrUnavailable), 503, "unavailable", true},
 		{errors.New("database is on fire at /secret/path"), 500, "internal", false},
 		{context.DeadlineExceeded, 503, "unavailable", true},

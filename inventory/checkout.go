@@ -97,7 +97,9 @@ type KeyFloor struct {
 // cart and a single purchase of one item exclude each other.
 type MultiLocker interface {
 	// ObtainMany takes every key's lock, each token above its floor, or none; errors wrap
-	// ErrLockTimeout (the wait ended) or ErrUnavailable (the lock service is unreachable).
+	// ErrLockTimeout (the wait ended), ErrLockNotReplicated (the wait ended with the locks
+	// taken given back: too few replicas acknowledged them) or ErrUnavailable (the lock
+	// service is unreachable).
 	ObtainMany(ctx context.Context, keys []KeyFloor) (MultiHeld, error)
 }
 
@@ -127,6 +129,8 @@ func (r redisMultiLocker) ObtainMany(ctx context.Context, keys []KeyFloor) (Mult
 	switch {
 	case err == nil:
 		return m, nil
+	case errors.Is(err, locking.ErrNotReplicated): // before ErrNotObtained, which it is joined with
+		return nil, fmt.Errorf("%w: %d item locks: %w", ErrLockNotReplicated, len(keys), err)
 	case errors.Is(err, locking.ErrNotObtained):
 		return nil, fmt.Errorf("%w: %d item locks: %w", ErrLockTimeout, len(keys), err)
 	default:
@@ -219,7 +223,7 @@ func (s *Service) cartStrategy(name string, holds bool) (string, error) {
 // admission limit (Config.Admission), a cart takes a permit of each of its items (admitCart).
 // Errors wrap the sentinels of Purchase: ErrInvalid, ErrOverloaded, ErrNotFound (naming every unknown item),
 // ErrInsufficientStock, ErrIdempotencyConflict, ErrLockTimeout, ErrLockLost (after one retry;
-// nothing written), ErrUnavailable. A failed checkout writes nothing.
+// nothing written), ErrLockNotReplicated, ErrUnavailable. A failed checkout writes nothing.
 func (s *Service) Checkout(ctx context.Context, req CheckoutRequest) (CartReceipt, error) {
 	c, err := mergeLines(req.Lines)
 	if err != nil {

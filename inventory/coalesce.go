@@ -292,7 +292,8 @@ type reply struct {
 }
 
 // obtainFailed answers the purchases a hold was taken for when the lock could not be
-// obtained: ErrLockTimeout (the wait ran out) or ErrUnavailable (the lock service is down).
+// obtained: ErrLockTimeout (the wait ran out), ErrLockNotReplicated (too few replicas
+// acknowledged it) or ErrUnavailable (the lock service is down).
 // With Config.OnRedisDown "guard" and the lock service down, each of them is sold through the
 // database guard alone instead (degraded.go), concurrently, each under its buyer's context.
 func (s *coalesced) obtainFailed(q *itemQueue, n int, err error) {

@@ -15,8 +15,10 @@ type Locker interface {
 	// Obtain takes the lock on key, waiting for it as long as the lock service allows (or ctx).
 	// The new lock's fencing token is greater than floor and than every token issued before
 	// for key (lock+guard passes the item's stored fence token). It returns an error wrapping
-	// ErrLockTimeout when the wait ended without the lock, and one wrapping ErrUnavailable
-	// when the lock service could not be reached.
+	// ErrLockTimeout when the wait ended without the lock, one wrapping ErrLockNotReplicated
+	// when it ended with every lock taken given back because too few Redis replicas
+	// acknowledged it, and one wrapping ErrUnavailable when the lock service could not be
+	// reached.
 	Obtain(ctx context.Context, key string, floor int64) (Held, error)
 }
 

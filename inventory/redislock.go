@@ -12,8 +12,9 @@ import (
 var _ Held = (*locking.Lock)(nil)
 
 // NewLocker adapts a locking.Client to Locker. Obtain passes the floor with locking.WithFloor,
-// maps locking.ErrNotObtained to ErrLockTimeout and every other failure (Redis unreachable,
-// client closed) to ErrUnavailable.
+// maps locking.ErrNotReplicated (the Client's Options.Replicas, --lock-replicas) to
+// ErrLockNotReplicated, locking.ErrNotObtained to ErrLockTimeout and every other failure
+// (Redis unreachable, client closed, Options.Replicas refused) to ErrUnavailable.
 // It is also a MultiLocker (Client.ObtainMany), for carts and holds.
 func NewLocker(c *locking.Client) Locker {
 	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain}, many: c.ObtainMany}
@@ -38,6 +39,8 @@ func (r redisLocker) Obtain(ctx context.Context, key string, floor int64) (Held,
 	switch {
 	case err == nil:
 		return l, nil
+	case errors.Is(err, locking.ErrNotReplicated): // before ErrNotObtained, which it is joined with
+		return nil, fmt.Errorf("%w: %s: %w", ErrLockNotReplicated, key, err)
 	case errors.Is(err, locking.ErrNotObtained):
 		return nil, fmt.Errorf("%w: %s: %w", ErrLockTimeout, key, err)
 	default:

@@ -191,8 +191,9 @@ func (s *Service) DefaultStrategy() string { return s.def }
 // order for the same item and quantity, that order's receipt with Replayed set. Errors wrap
 // one sentinel: ErrInvalid, ErrOverloaded (from Admission), ErrNotFound, ErrSoldOut,
 // ErrInsufficientStock, ErrIdempotencyConflict, ErrLockTimeout, ErrLockLost (after one
-// retry; nothing written), ErrUnavailable (lock service down, or the database busy after one
-// retry). When ctx ends first, the error is ctx's (wrapped in ErrLockTimeout if it ended a
+// retry; nothing written), ErrLockNotReplicated (a lock no replica acknowledged, under
+// locking's Options.Replicas; nothing written), ErrUnavailable (lock service down, or the
+// database busy after one retry). When ctx ends first, the error is ctx's (wrapped in ErrLockTimeout if it ended a
 // wait for a lock). Other errors are unexpected. A failed purchase writes nothing.
 //
 // The receipt's Spent, and SpentOf(err) for an error, tell what the purchase cost: its
@@ -366,7 +367,7 @@ func fingerprint(itemID int64, quantity int) string {
 // isDomain reports whether err wraps one of the package's sentinels.
 func isDomain(err error) bool {
 	for _, s := range []error{ErrInvalid, ErrNotFound, ErrSoldOut, ErrInsufficientStock,
-		ErrIdempotencyConflict, ErrOverloaded, ErrLockTimeout, ErrLockLost, ErrUnavailable} {
+		ErrIdempotencyConflict, ErrOverloaded, ErrLockTimeout, ErrLockLost, ErrLockNotReplicated, ErrUnavailable} {
 		if errors.Is(err, s) {
 			return true
 		}

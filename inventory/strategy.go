@@ -268,8 +268,8 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	return s.store.writeOne(ctx, p, s.name, held.Token())
 }
 
-// obtain takes the item's lock through l (whose errors already wrap ErrLockTimeout or
-// ErrUnavailable, as the Locker port promises).
+// obtain takes the item's lock through l (whose errors already wrap ErrLockTimeout,
+// ErrLockNotReplicated or ErrUnavailable, as the Locker port promises).
 func obtain(ctx context.Context, l Locker, itemID int64, floor int64) (Held, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: no lock service configured", ErrUnavailable)

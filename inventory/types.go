@@ -25,7 +25,12 @@ var (
 	ErrOverloaded          = errors.New("too many purchases in flight for this item")
 	ErrLockTimeout         = errors.New("timed out waiting for the item's lock")
 	ErrLockLost            = errors.New("lock lost during the purchase; nothing was written")
-	ErrUnavailable         = errors.New("a backing service is unavailable")
+	// ErrLockNotReplicated: the lock was taken on the Redis master but fewer replicas than
+	// --lock-replicas acknowledged it before the wait ended (locking.ErrNotReplicated); it was
+	// given back each time, nothing was written. Not ErrUnavailable: Redis answers, so
+	// --on-redis-down guard does not sell without the lock then.
+	ErrLockNotReplicated = errors.New("the item's lock was not acknowledged by enough Redis replicas; nothing was written")
+	ErrUnavailable       = errors.New("a backing service is unavailable")
 )
 
 // PurchaseRequest asks to buy Quantity units of item ItemID.

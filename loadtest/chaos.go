@@ -93,6 +93,8 @@ type chaos struct {
 	mixGap time.Duration
 	// -chaos mix: > 0 holds the run until that many full rounds fired (chaosRun.rounds)
 	mixRounds int
+	// -chaos failover: the instances' --lock-replicas (faults.go)
+	lockReplicas int
 }
 
 // chaosRun is the strategy's run a fault is brought to.

@@ -60,6 +60,8 @@ type Config struct {
 
 	MixGap    time.Duration // -chaos mix: the pause between two faults is drawn from [MixGap, 2*MixGap); 0: defaultMixGap
 	MixRounds int           // -chaos mix: > 0 extends each strategy's run past Duration until that many full rounds of faults fired
+
+	LockReplicas int // -chaos failover: --lock-replicas of the instances (replicas that acknowledge each lock)
 }
 
 // Routes of the purchases to the instances (-route).
@@ -133,6 +135,7 @@ func parseConfig(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.OnRedisDown, "on-redis-down", "guard", `-chaos redis-hang: --on-redis-down of the instances, "guard" or "fail"`)
 	fs.DurationVar(&c.StreamHold, "stream-hold", 0, "self-contained mode: --stream-hold of the instances, how long one hold of lock+guard keeps admitting\n"+
 		"the buyers who arrive while it works (0: the storefront's default, none); pair it with -route item")
+	fs.IntVar(&c.LockReplicas, "lock-replicas", 0, "-chaos failover: --lock-replicas of the instances; 1 makes each lock wait for the replica's acknowledgement, so the promoted replica has it (lock is then expected SAFE)")
 	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
 	fs.DurationVar(&c.MixGap, "mix-gap", defaultMixGap, "-chaos mix: the pause before each fault is drawn between this and twice it")
 	fs.IntVar(&c.MixRounds, "mix-rounds", 0, "-chaos mix: run each strategy past -duration until this many full rounds of every fault kind fired (0: -duration alone)")
@@ -282,6 +285,10 @@ func (c *Config) validate() error {
 		return usageErr("-mix-rounds must be 0..100, got %d", c.MixRounds)
 	case c.MixRounds > 0 && c.Chaos != chaosMix:
 		return usageErr("-mix-rounds applies to -chaos mix")
+	case c.LockReplicas < 0 || c.LockReplicas > 1:
+		return usageErr("-lock-replicas must be 0 or 1 (the Sentinel set of -chaos failover has one replica), got %d", c.LockReplicas)
+	case c.LockReplicas > 0 && c.Chaos != chaosFailover:
+		return usageErr("-lock-replicas applies to -chaos failover, the one setting whose Redis has a replica")
 	case c.Scenario != "" && c.Scenario != "pitfalls":
 		return usageErr(`-scenario must be "pitfalls", got %q`, c.Scenario)
 	case c.Scenario == "pitfalls" && (len(c.Targets) > 0 || c.mode().name != chaosNone):

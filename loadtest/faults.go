@@ -43,6 +43,13 @@ func (ev *ChaosEvent) mark(start time.Time, format string, a ...any) float64 {
 //     purchase sent after the fault is sold (fire), so that buyers keep coming.
 //
 // Between strategies the dead master is brought back as a replica of the new one (Rejoin).
+//
+// With --lock-replicas (c.lockReplicas), a lock is held only once the replica acknowledged
+// it, so no instance can hold one while the replica is cut off: step 2 comes first (any
+// holder, its lock acknowledged), then step 1, whose cut the replica still misses (the failed
+// attempts of the others). After the promotion the stale holder is resumed at once, under the
+// lock the promoted replica has, and the dead master rejoins as its replica: until then no
+// lock is acknowledged (503 lock_not_replicated), and then selling resumes.
 func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.Time, r chaosRun) *ChaosEvent {
 	ev := &ChaosEvent{Mode: chaosFailover}
 	hotID := r.hotID
@@ -70,26 +77,34 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 		return ev
 	}
 
-	if err := replica.Signal(syscall.SIGSTOP); err != nil {
-		ev.Note = "SIGSTOP replica: " + err.Error()
-		return ev
-	}
 	resumed := false
 	defer func() { // never leave the replica stopped
 		if !resumed {
 			_ = replica.Signal(syscall.SIGCONT)
 		}
 	}()
-	ev.mark(start, "replica stopped (SIGSTOP)")
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
-	killed, err := mc.ClientKillByFilter(cctx, "TYPE", "replica").Result()
-	cut, _ := mc.Get(cctx, fenceKey).Int64() // the replica has at most this token
-	cancel()
-	if err != nil {
-		ev.Note = "CLIENT KILL TYPE replica: " + err.Error()
+	var cut int64 // the replica has at most this token
+	cutReplica := func() bool {
+		if err := replica.Signal(syscall.SIGSTOP); err != nil {
+			ev.Note = "SIGSTOP replica: " + err.Error()
+			return false
+		}
+		ev.mark(start, "replica stopped (SIGSTOP)")
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		killed, err := mc.ClientKillByFilter(cctx, "TYPE", "replica").Result()
+		cut, _ = mc.Get(cctx, fenceKey).Int64()
+		cancel()
+		if err != nil {
+			ev.Note = "CLIENT KILL TYPE replica: " + err.Error()
+			return false
+		}
+		ev.mark(start, "CLIENT KILL TYPE replica on the master (%d link(s)); the replica has tokens up to %d at most", killed, cut)
+		return true
+	}
+	acked := c.lockReplicas > 0
+	if !acked && !cutReplica() {
 		return ev
 	}
-	ev.mark(start, "CLIENT KILL TYPE replica on the master (%d link(s)); the replica has tokens up to %d at most", killed, cut)
 
 	// A holder with a token the replica never saw, stopped while the master still has its lock.
 	var holder *Instance
@@ -122,14 +137,21 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 	}
 	ev.Paused, ev.Confirmed, ev.Instance, ev.PID, ev.URL = true, true, holder.Index, holder.PID(), holder.URL
 	ev.LockKey, ev.Token = lock.RedisKey, lock.Token
-	ev.PausedAt = ev.mark(start, "instance %d (pid %d) holds %s token %d on the master only: stopped (SIGSTOP)",
-		holder.Index, holder.PID(), lock.Name, lock.Token)
+	where := "on the master only"
+	if acked {
+		where = "acknowledged by the replica"
+	}
+	ev.PausedAt = ev.mark(start, "instance %d (pid %d) holds %s token %d %s: stopped (SIGSTOP)",
+		holder.Index, holder.PID(), lock.Name, lock.Token, where)
 	defer func() { // never leave the holder stopped
 		if ev.ResumedAt == 0 {
 			_ = holder.Resume()
 			ev.ResumedAt = time.Since(start).Seconds()
 		}
 	}()
+	if acked && !cutReplica() {
+		return ev
+	}
 
 	if err := master.Signal(syscall.SIGKILL); err != nil {
 		ev.Note = "SIGKILL master: " + err.Error()
@@ -152,6 +174,15 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 		return ev
 	}
 	ev.mark(start, "the Sentinels name the replica %s master", replica.Addr)
+	if acked {
+		_ = holder.Resume()
+		ev.ResumedAt = ev.mark(start, "stale holder resumed (SIGCONT) at once: the promoted replica has its lock")
+		if err := set.Rejoin(ctx); err != nil {
+			ev.Note = "the dead master did not rejoin as a replica: " + err.Error()
+			return ev
+		}
+		ev.mark(start, "the dead master rejoined as a replica of %s: locks are acknowledged again", set.Master.Addr)
+	}
 	if c.until(ctx, stop, func() bool {
 		for _, h := range c.holders(ctx, hotID) {
 			if h.Index == holder.Index {
@@ -163,8 +194,10 @@ func (c *chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 		}
 		return false
 	}) {
-		_ = holder.Resume()
-		ev.ResumedAt = ev.mark(start, "stale holder resumed (SIGCONT)")
+		if !acked {
+			_ = holder.Resume()
+			ev.ResumedAt = ev.mark(start, "stale holder resumed (SIGCONT)")
+		}
 	} else {
 		ev.Note = "no other instance took the hot lock on the new master in time"
 	}

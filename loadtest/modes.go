@@ -95,6 +95,9 @@ type chaosMode struct {
 	defaults func(c *Config, set map[string]bool)
 	// args are more flags for every instance under the fault (nil: none).
 	args func(c Config) []string
+	// replicatedSafe, when set, replaces safe when the instances run with --lock-replicas
+	// (-lock-replicas).
+	replicatedSafe []strategyClass
 	// judge, when set, computes the fault's figures of a strategy's run from its purchases
 	// (takesLock: the strategy takes a Redis lock) and returns the targets it missed, which
 	// fail the run.
@@ -124,9 +127,10 @@ var chaosModes = []chaosMode{
 	},
 	{
 		name:           chaosFailover,
-		help:           "runs Redis under Sentinel and fails it over so that the promoted replica misses the hot lock",
+		help:           "runs Redis under Sentinel and fails it over so that the promoted replica misses the hot lock (with -lock-replicas 1: has it)",
 		redis:          TopologySentinel,
 		safe:           []strategyClass{classSafe},
+		replicatedSafe: []strategyClass{classSafe, classLock}, // the promoted replica acknowledged the lock: lock keeps it
 		lockOnly:       true,
 		inject:         (*chaos).failover,
 		stopsHolder:    true,
@@ -141,6 +145,17 @@ var chaosModes = []chaosMode{
 				// its write then lands on stock others have sold since (a lost update under lock).
 				c.Stock = 1000
 			}
+			if c.LockReplicas > 0 && !set["lease"] {
+				// The lock must outlive the failover on the promoted replica (the holder is
+				// stopped meanwhile and renews nothing): a lease well above its ~1.3s.
+				c.Lease = 10 * time.Second
+			}
+		},
+		args: func(c Config) []string {
+			if c.LockReplicas == 0 {
+				return nil
+			}
+			return []string{"--lock-replicas", strconv.Itoa(c.LockReplicas)}
 		},
 	},
 	{
@@ -283,6 +298,9 @@ func modeOf(name string) (chaosMode, bool) {
 // mode returns the chaos mode of the configuration (validate has checked the name).
 func (c *Config) mode() chaosMode {
 	m, _ := modeOf(c.Chaos)
+	if c.LockReplicas > 0 && m.replicatedSafe != nil {
+		m.safe = m.replicatedSafe
+	}
 	return m
 }
 

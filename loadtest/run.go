@@ -140,7 +140,7 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 		}
 		if mode.inject != nil {
 			ch = &chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown,
-				mixGap: cfg.MixGap, mixRounds: cfg.MixRounds}
+				mixGap: cfg.MixGap, mixRounds: cfg.MixRounds, lockReplicas: cfg.LockReplicas}
 			if cl.Redis != nil {
 				ch.rdb = cl.Redis.Client()
 				defer ch.rdb.Close()

@@ -40,6 +40,10 @@
 // watchdog type (watchdog.go) keeps any lease alive and applies the loss rule given only a
 // renew function. locking/README.md gives the order in which to read the files.
 //
+// Options.Replicas adds a WAIT for that many replicas after every acquisition and renewal, on
+// the connection that made it (replicas.go): a lock no replica acknowledged is given back and
+// tried again, a renewal no replica acknowledged counts as failed.
+//
 // The non-test code imports only go-redis and the standard library.
 package locking
 
@@ -72,6 +76,18 @@ var (
 	// and Redis Cluster would then place the lock hash and its fencing counter in different
 	// slots.
 	ErrEmptyKey = errors.New("locking: empty key")
+	// ErrNotReplicated is returned, joined with ErrNotObtained, by Obtain, TryObtain,
+	// ObtainFair, TryObtainFair, ObtainMany and TryObtainMany when Options.Replicas is set
+	// and the wait ended after an attempt took the lock but fewer replicas than asked
+	// acknowledged it within ReplicaTimeout (the key was given back each time). The wrapping
+	// error tells how many did.
+	ErrNotReplicated = errors.New("locking: replicas did not acknowledge the lock")
+	// ErrReplicasUnsupported is returned, before any Redis call, by every obtain of a Client
+	// whose Options.Replicas is set over a go-redis client that is neither a *redis.Client
+	// nor a *redis.ClusterClient (WAIT must reach the node that took the key), and by every
+	// Obtain of a Redlock built with Options.Replicas (its nodes are independent masters).
+	ErrReplicasUnsupported = errors.New("locking: Options.Replicas needs one Redis deployment with replicas " +
+		"(a *redis.Client, Sentinel's failover client or a *redis.ClusterClient), not a Redlock or a Ring")
 )
 
 // Client obtains locks from one Redis deployment. It is safe for concurrent use. Its only
@@ -84,6 +100,8 @@ type Client struct {
 	watchdog    bool
 	wait        time.Duration
 	callTimeout time.Duration
+	replicas    int           // Options.Replicas: WAIT for this many after each acquisition and renewal (replicas.go)
+	replicaWait time.Duration // Options.ReplicaTimeout, the timeout of each WAIT
 	log         *slog.Logger
 	hooks       Hooks
 	notify      *notifier
@@ -113,8 +131,12 @@ func New(rdb redis.UniversalClient, opts *Options) *Client {
 	if c.callTimeout > c.lease/3 { // a renewal must end well inside the lease
 		c.callTimeout = max(c.lease/4, time.Millisecond)
 	}
+	c.replicas, c.replicaWait = opts.replicas(), opts.replicaTimeout(c.callTimeout, c.lease)
 	c.notify = newNotifier(rdb, c.log, c.callTimeout)
 	c.core, c.fair = c.coreKind(), c.fairKind()
+	if c.replicas > 0 && !replicable(rdb) {
+		c.core.refuse, c.fair.refuse = ErrReplicasUnsupported, ErrReplicasUnsupported
+	}
 	c.breakers.watchClient(c) // undone by Close
 	if enabled, known := contextTimeoutEnabled(rdb); known && !enabled {
 		c.log.Warn("locking: the go-redis client has ContextTimeoutEnabled off; " +

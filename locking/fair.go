@@ -69,14 +69,21 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 	}
 	timeout := c.queueTimeout()
 	start := time.Now()
+	var short shortfall // Options.Replicas: an attempt whose lock no replica acknowledged
 	l, err := c.obtainKind(ctx, c.fair, fk.turn+owner, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
+		sc, conn, err := c.scripterFor(ctx, k.hash)
+		if err != nil {
+			return nil, 0, fmt.Errorf("locking: obtain %q: %w", key, err)
+		}
+		defer closeConn(conn)
 		cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 		defer cancel()
 		sent := time.Now()
-		res, err := fairAcquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence, k.gone(owner), fk.queue, fk.timeouts},
+		res, err := fairAcquireScript.Run(cctx, sc, []string{k.hash, k.fence, k.gone(owner), fk.queue, fk.timeouts},
 			owner, c.lease.Milliseconds(), strconv.FormatInt(cfg.floor, 10), "0", try,
 			timeout.Milliseconds(), fk.turn).Int64Slice()
 		if err != nil {
+			c.reloadOnMoved(err)
 			return nil, 0, c.attemptFailed(ctx, err, fmt.Sprintf("obtain %q", key),
 				func(ctx context.Context) { _, _ = c.fairScript(ctx, k, owner, true, true, true) })
 		}
@@ -90,8 +97,20 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			// Come back before the place lapses, even if nobody wakes us.
 			return nil, min(time.Duration(res[1])*time.Millisecond, timeout/3), nil
 		}
+		err = c.ackAcquired(ctx, conn, key, func(ctx context.Context) error {
+			// Give the lock back and wake the head of the queue; this waiter joins it again.
+			_, err := c.fairScript(ctx, k, owner, true, false, false)
+			return err
+		}, func(ctx context.Context) { _, _ = c.fairScript(ctx, k, owner, true, true, true) })
+		if short.note(err) {
+			return nil, c.retryAfterShortfall(), nil
+		}
+		if err != nil {
+			return nil, 0, err
+		}
 		return c.newHold(k, owner, res[1], c.fair, sent, start), 0, nil
 	})
+	err = short.result(err)
 	if cfg.wait != 0 {
 		if err != nil { // leave the queue at once, and let the next waiter in
 			cctx, cancel := c.bestEffort(ctx)

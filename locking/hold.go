@@ -51,7 +51,7 @@ func (c *Client) newHold(k keys, owner string, token int64, kd *kind, sent, star
 // newWatchdog returns the watchdog of h: renewals with its kind's renew, or none for a
 // fixed lease.
 func (c *Client) newWatchdog(h *hold) *watchdog {
-	w := &watchdog{lease: c.lease, callTimeout: c.callTimeout, onLost: h.lose}
+	w := &watchdog{lease: c.lease, callTimeout: c.ackTimeout(), onLost: h.lose}
 	if c.watchdog {
 		w.renew = func(ctx context.Context) (bool, error) { return h.kind.renew(ctx, h) }
 		w.onRenewed = func() {

@@ -64,10 +64,24 @@ func (c *Client) coreKind() *kind {
 	}
 }
 
-// renew extends the lease of h if h still holds the key (renew.lua).
+// renew extends the lease of h if h still holds the key (renew.lua). Under Options.Replicas
+// the renewal is WAITed for on its connection: too few acknowledgements make it a failed
+// renewal (an error), so the watchdog's loss deadline stays that of the last acknowledged one.
 func (c *Client) renew(ctx context.Context, h *hold) (bool, error) {
-	n, err := renewScript.Run(ctx, c.rdb, []string{h.k.hash}, h.owner, c.lease.Milliseconds()).Int64()
-	return n == 1, err
+	sc, conn, err := c.scripterFor(ctx, h.k.hash)
+	if err != nil {
+		return false, err
+	}
+	defer closeConn(conn)
+	n, err := renewScript.Run(ctx, sc, []string{h.k.hash}, h.owner, c.lease.Milliseconds()).Int64()
+	c.reloadOnMoved(err)
+	if err != nil || n != 1 || conn == nil {
+		return n == 1, err
+	}
+	if err := c.waitReplicas(ctx, conn); err != nil {
+		return false, fmt.Errorf("renew %q: %w", h.k.name, err)
+	}
+	return true, nil
 }
 
 // ttl returns the remaining lease of h in Redis (ttl.lua), ErrNotHeld if not ours.

@@ -129,6 +129,8 @@ func (c *Client) obtainMany(ctx context.Context, kfs []KeyFloor, wait bool, opts
 	switch {
 	case err != nil:
 		return nil, err
+	case c.core.refuse != nil: // Options.Replicas over a client WAIT cannot follow
+		return nil, c.core.refuse
 	case ctx.Err() != nil:
 		return nil, errors.Join(ErrNotObtained, ctx.Err())
 	case c.notify.isClosed():
@@ -253,9 +255,13 @@ func (c *Client) obtainKey(ctx context.Context, k keys, owner string, floor int6
 		token int64
 		sent  time.Time
 	)
+	var short shortfall // Options.Replicas: an attempt whose key no replica acknowledged
 	try := func(ctx context.Context) (bool, time.Duration, error) {
 		t, s, hint, err := c.acquireKey(ctx, k, owner, floor)
 		token, sent = t, s
+		if short.note(err) {
+			err = nil
+		}
 		return t > 0, hint, err
 	}
 	if limit == 0 || !c.notify.queued(k.channel) {
@@ -266,11 +272,11 @@ func (c *Client) obtainKey(ctx context.Context, k keys, owner string, floor int6
 		case ok:
 			return token, sent, nil
 		case limit == 0:
-			return 0, sent, ErrNotObtained
+			return 0, sent, short.result(ErrNotObtained)
 		}
 	}
 	if err := c.waitLoop(ctx, k.channel, limit, try); err != nil {
-		return 0, sent, err
+		return 0, sent, short.result(err)
 	}
 	return token, sent, nil
 }
@@ -305,7 +311,7 @@ func (m *Multi) forget(ctx context.Context, ks []keys) {
 // multiWatchdog returns the one watchdog of m: it renews every key taken so far, or none for
 // a fixed lease.
 func (c *Client) multiWatchdog(m *Multi) *watchdog {
-	w := &watchdog{lease: c.lease, callTimeout: c.callTimeout, onLost: m.lose}
+	w := &watchdog{lease: c.lease, callTimeout: c.ackTimeout(), onLost: m.lose}
 	if c.watchdog {
 		w.renew = m.renew
 		w.onRenewed = func() {
@@ -331,15 +337,27 @@ func (m *Multi) heldKeys() []keys {
 // key at fault is remembered for the loss.
 func (m *Multi) renew(ctx context.Context) (bool, error) {
 	held := m.heldKeys()
-	cmds := evalEach(ctx, m.c.rdb, renewScript, held, func(k keys) ([]string, []any) {
+	args := func(k keys) ([]string, []any) {
 		return []string{k.hash}, []any{m.owner, m.c.lease.Milliseconds()}
-	})
+	}
+	var (
+		cmds []*redis.Cmd
+		acks []error // Options.Replicas: the WAIT of each key's node
+	)
+	if m.c.replicas > 0 {
+		cmds, acks = m.c.evalEachAcked(ctx, renewScript, held, args)
+	} else {
+		cmds = evalEach(ctx, m.c.rdb, renewScript, held, args)
+	}
 	var (
 		errs    []error
 		suspect string
 	)
 	for i, cmd := range cmds {
 		n, err := cmd.Int64()
+		if err == nil && n == 1 && acks != nil && acks[i] != nil {
+			err = acks[i] // extended, but not acknowledged: a failed renewal
+		}
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("renew %q: %w", held[i].name, err))
@@ -486,7 +504,7 @@ func (m *Multi) Release(ctx context.Context) error {
 // one per key. Calls that met a server not knowing the script yet (NOSCRIPT: a fresh or
 // restarted Redis) run again through Script.Run, which loads it. Each returned command
 // carries its own reply or error.
-func evalEach(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, ks []keys,
+func evalEach(ctx context.Context, rdb scriptPipeliner, script *redis.Script, ks []keys,
 	args func(keys) ([]string, []any)) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(ks))
 	if len(ks) == 1 {
@@ -508,6 +526,12 @@ func evalEach(ctx context.Context, rdb redis.UniversalClient, script *redis.Scri
 		}
 	}
 	return cmds
+}
+
+// scriptPipeliner is what evalEach runs on: a go-redis client, or one connection (Conn).
+type scriptPipeliner interface {
+	redis.Scripter
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // Keys returns the keys held, without the prefix, sorted and de-duplicated: the order in

@@ -44,9 +44,15 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 	k := c.keysFor(key)
 	owner := newOwner()
 	start := time.Now()
-	return c.obtainKind(ctx, c.core, k.channel, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
-		return c.acquire(ctx, k, owner, cfg.floor, start)
+	var short shortfall
+	l, err := c.obtainKind(ctx, c.core, k.channel, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
+		l, hint, err := c.acquire(ctx, k, owner, cfg.floor, start)
+		if short.note(err) {
+			return nil, hint, nil
+		}
+		return l, hint, err
 	})
+	return l, short.result(err)
 }
 
 // enter is the preamble of every kind's Obtain. It refuses the key "" (ErrEmptyKey) and
@@ -131,18 +137,27 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 // acquire.lua for owner on k. It returns the fencing token (> 0) and when the call was sent
 // when the key was taken, or token 0 and the holder's remaining lease (at most this long
 // before the next attempt) when it was not. A call that may have run in Redis but failed is
-// cleaned up (forget), and its error reads as ErrNotObtained when ctx ended it.
+// cleaned up (forget), and its error reads as ErrNotObtained when ctx ended it. Under
+// Options.Replicas a key taken is WAITed for (ackAcquired): too few acknowledgements give it
+// back and return token 0, a short sleep and an error wrapping ErrNotReplicated, which the
+// caller records (shortfall) and does not end its wait with.
 func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int64) (token int64, sent time.Time, hint time.Duration, err error) {
 	if err := ctx.Err(); err != nil { // nothing sent: nothing to clean up
 		return 0, sent, 0, errors.Join(ErrNotObtained, err)
 	}
-	c.settle(ctx, k) // clean-ups of k that did not reach Redis (debts.go)
+	c.settle(ctx, k)                            // clean-ups of k that did not reach Redis (debts.go)
+	sc, conn, err := c.scripterFor(ctx, k.hash) // Options.Replicas: one connection, for the WAIT
+	if err != nil {
+		return 0, sent, 0, fmt.Errorf("locking: obtain %q: %w", k.name, err)
+	}
+	defer closeConn(conn)
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	sent = time.Now()
-	res, err := acquireScript.Run(cctx, c.rdb, []string{k.hash, k.fence, k.gone(owner)},
+	res, err := acquireScript.Run(cctx, sc, []string{k.hash, k.fence, k.gone(owner)},
 		owner, c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0").Int64Slice()
 	if err != nil {
+		c.reloadOnMoved(err) // Options.Replicas on a Cluster: a slot that moved
 		if maybeExecuted(err) { // the script may have run: do not leave the key behind
 			c.forget(ctx, k, owner)
 		}
@@ -162,6 +177,12 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 			return 0, sent, c.lease, nil
 		}
 		return 0, sent, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	err = c.ackAcquired(ctx, conn, k.name, func(ctx context.Context) error {
+		return releaseScript.Run(ctx, c.rdb, []string{k.hash}, owner, k.channel, "1").Err()
+	}, func(ctx context.Context) { c.forget(ctx, k, owner) })
+	if err != nil { // ErrNotReplicated: given back, try again; anything else ends the wait
+		return 0, sent, c.retryAfterShortfall(), err
 	}
 	return res[1], sent, 0, nil
 }

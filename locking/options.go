@@ -63,6 +63,26 @@ type Options struct {
 	// send. Default nil: none.
 	Breakers *Breakers
 
+	// Replicas, when positive, is how many replicas of the lock's Redis node must acknowledge
+	// an acquisition before the lock is held: after the acquire script, Obtain, ObtainFair and
+	// ObtainMany (each key) send WAIT Replicas ReplicaTimeout on the connection that took the
+	// key. Fewer acknowledgements in time give the key back (compare-and-delete) and the call
+	// tries again within its wait; a wait that ends so returns ErrNotReplicated (joined with
+	// ErrNotObtained). Every watchdog renewal WAITs too, and one that fewer replicas
+	// acknowledged counts as a failed renewal: the loss deadline then runs from the last
+	// acknowledged one, so the holder stops before the lease an acknowledging replica knows
+	// can end. It needs a *redis.Client (a Sentinel failover client is one) or a
+	// *redis.ClusterClient (WAIT goes to the key's master); any other client, and a Redlock
+	// (independent masters, no replicas to wait for), refuse it with ErrReplicasUnsupported.
+	// The semaphore ignores it. WAIT does not make Redis strongly consistent: see
+	// locking/README.md. Default 0: no WAIT.
+	Replicas int
+
+	// ReplicaTimeout bounds each WAIT of Replicas. Default CallTimeout; lowered so that
+	// CallTimeout + ReplicaTimeout stays within Lease/3 (a renewal, WAIT included, ends well
+	// inside the lease), and never below 1ms (WAIT 0 would block for ever).
+	ReplicaTimeout time.Duration
+
 	// QueueTimeout is how long a fair-lock waiter (Client.ObtainFair) keeps its place in the
 	// queue without refreshing it: a waiter that vanishes (crash, partition) is dropped this
 	// long after its last attempt, and a live waiter refreshes its place every
@@ -159,6 +179,23 @@ func (o *Options) callTimeout() time.Duration {
 	}
 	d := min(o.lease()/10, maxCallTimeout)
 	return max(d, minCallTimeout)
+}
+
+func (o *Options) replicas() int {
+	if o == nil || o.Replicas < 0 {
+		return 0
+	}
+	return o.Replicas
+}
+
+// replicaTimeout is the timeout of each WAIT: ReplicaTimeout or CallTimeout, within
+// Lease/3 − CallTimeout, at least 1ms.
+func (o *Options) replicaTimeout(callTimeout, lease time.Duration) time.Duration {
+	d := callTimeout
+	if o != nil && o.ReplicaTimeout > 0 {
+		d = o.ReplicaTimeout
+	}
+	return max(min(d, lease/3-callTimeout), time.Millisecond)
 }
 
 func (o *Options) logger() *slog.Logger {

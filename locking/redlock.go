@@ -66,7 +66,9 @@ type Redlock struct {
 
 // NewRedlock returns a Redlock over nodes, each an independent Redis deployment built with
 // ContextTimeoutEnabled (a warning is logged for each node seen without it). A nil opts means
-// the defaults. It never fails; with no nodes, Obtain returns ErrNoNodes.
+// the defaults. It never fails; with no nodes, Obtain returns ErrNoNodes, and with
+// Options.Replicas set, ErrReplicasUnsupported (WAIT counts the replicas of one master; a
+// Redlock's nodes are independent masters, whose safety rests on the quorum instead).
 func NewRedlock(nodes []redis.UniversalClient, opts *Options) *Redlock {
 	c := New(nil, opts)
 	if c.family.spin == nil {
@@ -83,9 +85,13 @@ func NewRedlock(nodes []redis.UniversalClient, opts *Options) *Redlock {
 	}
 	r := &Redlock{c: c, nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1}
 	r.kind = &kind{reentry: reenterLocal, release: r.release, forget: r.forget, ttl: r.ttl, renew: r.renew}
-	if len(r.nodes) == 0 {
+	switch {
+	case len(r.nodes) == 0:
 		r.kind.refuse = ErrNoNodes
+	case c.replicas > 0: // independent masters: no replicas to wait for
+		r.kind.refuse = ErrReplicasUnsupported
 	}
+	c.replicas = 0
 	return r
 }
 

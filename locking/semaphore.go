@@ -52,9 +52,10 @@ type Semaphore struct {
 
 // NewSemaphore returns a semaphore of permits permits per key over rdb (fewer than 1 counts
 // as 1). opts are a Client's: Lease, DisableWatchdog, Wait, CallTimeout, KeyPrefix, Logger,
-// Hooks (Acquired with token 0) and Spin apply. It never fails.
+// Hooks (Acquired with token 0) and Spin apply; Replicas does not. It never fails.
 func NewSemaphore(rdb redis.UniversalClient, permits int, opts *Options) *Semaphore {
 	s := &Semaphore{c: New(rdb, opts), permits: max(permits, 1)}
+	s.c.replicas = 0 // Options.Replicas applies to locks, not to permits
 	s.kind = &kind{reentry: reenterNever, release: s.release, forget: s.forget, ttl: s.ttl, renew: s.renew}
 	return s
 }

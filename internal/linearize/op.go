@@ -117,8 +117,9 @@ func describeOutcome(out Outcome) string {
 //
 // It is the one place that decides what an answer promises: 2xx is Sold (Indeterminate when
 // code is not empty: a receipt that could not be read, "bad_body"); 409 sold_out and
-// insufficient_stock are SoldOut and Insufficient; 429 overloaded, 503 lock_timeout and
-// lock_lost (the fenced write was refused, or the lock was gone before it) and every other
+// insufficient_stock are SoldOut and Insufficient; 429 overloaded, 503 lock_timeout,
+// lock_lost (the fenced write was refused, or the lock was gone before it) and
+// lock_not_replicated (the lock was given back before any write) and every other
 // 4xx are Refused; anything else (no answer, 500, 503 unavailable, an unknown 5xx) is
 // Indeterminate.
 func PurchaseOutcome(status int, code string, remaining int) Outcome {
@@ -131,7 +132,7 @@ func PurchaseOutcome(status int, code string, remaining int) Outcome {
 		return SoldOut{}
 	case status == http.StatusConflict && code == "insufficient_stock":
 		return Insufficient{}
-	case status == http.StatusServiceUnavailable && (code == "lock_timeout" || code == "lock_lost"):
+	case status == http.StatusServiceUnavailable && (code == "lock_timeout" || code == "lock_lost" || code == "lock_not_replicated"):
 		return Refused{Code: code}
 	case status >= 400 && status < 500:
 		return Refused{Code: code}
