@@ -43,7 +43,8 @@ func itemOf(r models.Item) Item {
 		PriceCents: r.PriceCents, FenceToken: r.FenceToken}
 }
 
-// ListOrders returns the orders q selects, ascending by id. It fails with ErrInvalid when
+// ListOrders returns the orders q selects, ascending by id (with an item, every order with a
+// line of it: its purchases and the carts that hold it). It fails with ErrInvalid when
 // q.Limit is outside 0..1000 or an id is negative.
 func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]Order, error) {
 	switch {
@@ -56,8 +57,8 @@ func (s *Service) ListOrders(ctx context.Context, q OrderQuery) ([]Order, error)
 		q.Limit = 100
 	}
 	db := s.db.WithContext(ctx).Where("id > ?", q.AfterID)
-	if q.ItemID != 0 {
-		db = db.Where("item_id = ?", q.ItemID)
+	if q.ItemID != 0 { // the orders with a line of the item: its purchases and the carts that hold it
+		db = db.Where("id IN (SELECT order_id FROM order_lines WHERE item_id = ?)", q.ItemID)
 	}
 	var rows []models.Order
 	if err := db.Order("id").Limit(q.Limit).Find(&rows).Error; err != nil {

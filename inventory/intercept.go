@@ -24,7 +24,8 @@ type Interceptor interface {
 type interceptorKey struct{}
 
 // WithInterceptor returns a copy of ctx under which a purchase (Service.Purchase) runs through
-// i. A nil i is no interceptor.
+// i. A nil i is no interceptor. An Interceptor acts on single purchases only: Checkout and
+// PlaceHold refuse a context that carries one (ErrInvalid).
 func WithInterceptor(ctx context.Context, i Interceptor) context.Context {
 	return context.WithValue(ctx, interceptorKey{}, i)
 }

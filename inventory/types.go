@@ -60,7 +60,7 @@ type Receipt struct {
 
 // OrderQuery selects orders for verification, ascending by id.
 type OrderQuery struct {
-	ItemID  int64 // 0 means every item
+	ItemID  int64 // the orders with a line of this item; 0 means every order
 	AfterID int64 // only orders with a greater id
 	Limit   int   // 1..1000; 0 means 100
 }
