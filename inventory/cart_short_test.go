@@ -30,7 +30,9 @@ func (c countingMulti) ObtainMany(ctx context.Context, keys []inventory.KeyFloor
 // A cart with a line its item cannot serve is refused on the stock read, before any lock or
 // work, naming every short line; one that fits is sold (with its work). The units of an expired
 // hold count as available: a cart that needs them is not refused on the read.
-func TestCartShortOnReadSpendsNothing(t *testing.T) { forEachBackend(t, testCartShortOnReadSpendsNothing) }
+func TestCartShortOnReadSpendsNothing(t *testing.T) {
+	forEachBackend(t, testCartShortOnReadSpendsNothing)
+}
 
 func testCartShortOnReadSpendsNothing(t *testing.T, be backend) {
 	srv := redistest.Start(t)

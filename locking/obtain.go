@@ -157,7 +157,7 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 	res, err := acquireScript.Run(cctx, sc, []string{k.hash, k.fence, k.gone(owner)},
 		owner, c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0").Int64Slice()
 	if err != nil {
-		c.reloadOnMoved(err) // Options.Replicas on a Cluster: a slot that moved
+		c.reloadOnMoved(err)    // Options.Replicas on a Cluster: a slot that moved
 		if maybeExecuted(err) { // the script may have run: do not leave the key behind
 			c.forget(ctx, k, owner)
 		}
