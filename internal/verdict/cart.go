@@ -130,27 +130,8 @@ func (f *Findings) checkCartAnswers(run CartRun, want map[int64]wantOrder) map[s
 		byKey[c.Key] = c
 		for j, r := range append(append([]Answer{}, c.Attempts...), c.Replays...) {
 			replay := j >= len(c.Attempts)
-			if !replay {
-				f.StatusCounts[fmt.Sprint(r.Status)]++
-			}
-			f.WorkSpentMS += r.WorkMS
-			if r.Status < 200 || r.Status > 299 {
-				f.WastedWorkMS += r.WorkMS
-			}
 			switch {
-			case r.Status == 201 || r.Status == 200:
-				if r.Status == 201 {
-					f.Created++
-				} else {
-					f.Replayed++
-				}
-				if expect == "" {
-					expect = r.Strategy
-				}
-				if r.Strategy != expect {
-					f.WrongStrategy++
-					f.violate("cart %s: answer %d names strategy %q, asked %q", c.Key, r.Status, r.Strategy, expect)
-				}
+			case f.countAnswer(r, replay, &expect, "cart "+c.Key):
 				if !sameLines(r.Lines, c.Lines) {
 					f.PartialOrders++
 					f.violate("cart %s %s was answered %d with the lines %s", c.Key, describeLines(c.Lines), r.Status, describeLines(r.Lines))

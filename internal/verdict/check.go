@@ -111,27 +111,8 @@ func (f *Findings) checkAnswers(asked string, purchases []Purchase) (map[string]
 	for _, p := range purchases {
 		for i, r := range append(append([]Answer{}, p.Attempts...), p.Replays...) {
 			replay := i >= len(p.Attempts)
-			if !replay {
-				f.StatusCounts[fmt.Sprint(r.Status)]++
-			}
-			f.WorkSpentMS += r.WorkMS
-			if r.Status < 200 || r.Status > 299 {
-				f.WastedWorkMS += r.WorkMS
-			}
 			switch {
-			case r.Status == 201 || r.Status == 200:
-				if r.Status == 201 {
-					f.Created++
-				} else {
-					f.Replayed++
-				}
-				if expect == "" {
-					expect = r.Strategy
-				}
-				if r.Strategy != expect {
-					f.WrongStrategy++
-					f.violate("key %s: answer %d names strategy %q, asked %q", p.Key, r.Status, r.Strategy, expect)
-				}
+			case f.countAnswer(r, replay, &expect, "key "+p.Key):
 				if id, ok := confirmed[p.Key]; ok && id != r.OrderID {
 					f.KeyConflicts++
 					f.violate("key %s answered with orders %d and %d", p.Key, id, r.OrderID)
@@ -245,4 +226,34 @@ func (f *Findings) checkStock(items []Item, orders []Order) {
 				s.SoldUnits, s.OrderCount, soldByItem[s.ItemID], countByItem[s.ItemID])
 		}
 	}
+}
+
+// countAnswer counts one answer (an attempt, or a replay when replay) in f: its status, the work
+// it spent (wasted unless 2xx), and for a 2xx whether it created or replayed an order and that
+// it names the expected strategy (learned from the first 2xx when *expect is ""); what names
+// the request in a violation. It reports whether the answer was a 2xx (201 or 200).
+func (f *Findings) countAnswer(r Answer, replay bool, expect *string, what string) bool {
+	if !replay {
+		f.StatusCounts[fmt.Sprint(r.Status)]++
+	}
+	f.WorkSpentMS += r.WorkMS
+	if r.Status != 201 && r.Status != 200 {
+		if r.Status < 200 || r.Status > 299 {
+			f.WastedWorkMS += r.WorkMS
+		}
+		return false
+	}
+	if r.Status == 201 {
+		f.Created++
+	} else {
+		f.Replayed++
+	}
+	if *expect == "" {
+		*expect = r.Strategy
+	}
+	if r.Strategy != *expect {
+		f.WrongStrategy++
+		f.violate("%s: answer %d names strategy %q, asked %q", what, r.Status, r.Strategy, *expect)
+	}
+	return true
 }
