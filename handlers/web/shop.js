@@ -405,8 +405,8 @@ async function confirmHold() {
     } else if (code === 'hold_expired') {
       setBusy(false);
       holdExpired(`Not confirmed: hold ${id} expired before it was confirmed. Its units are back on sale, and its lines back in the cart.`);
+      $('cart-heading').focus(); // with the message, not after the catalogue's reload
       await reload();
-      $('cart-heading').focus();
       return;
     } else if (code === 'hold_not_active' || code === 'not_found') {
       endHold();
