@@ -154,7 +154,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		prevBody = body
 		checked++
 	}
-	assert.Equal(t, 3, checked, "Quick start shows three answers")
+	assert.Equal(t, 4, checked, "Quick start shows four answers")
 	_ = s.shutdown()
 }
 
