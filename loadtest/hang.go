@@ -48,7 +48,7 @@ type HangFigures struct {
 	ContinuedAt float64 `json:"continued_at_s"`          // SIGCONT, since the run began
 
 	Healthy Window `json:"healthy"` // purchases sent in the healthy window and answered before the stop (redis-hang)
-	Hung    Window `json:"hung"`    // redis-hang: sent from hangSettle after the stop to the SIGCONT; db-hang: from the stop
+	Hung    Window `json:"hung"`    // redis-hang: sent from hangSettle after the stop to the SIGCONT and answered before it; db-hang: sent from the stop to the SIGCONT
 	// Caught are the purchases in flight at the stop (sent before it, answered after), and
 	// CaughtMaxMS the slowest of them: what the hang did to the purchases it caught.
 	Caught      int     `json:"caught"`
@@ -121,8 +121,9 @@ func hangAttempts(purchases []*purchase, instances int, byItem bool) []hangAttem
 	return out
 }
 
-// heldOver sorts the sales under a lock sent in [from, to) by their fencing token: issued before
-// stop (the highest token of the item in an answer to a purchase sent before it) or after.
+// heldOver sorts the sales under a lock sent in [from, to) and answered before to by their
+// fencing token: issued before stop (the highest token of the item in an answer to a purchase
+// sent before it) or after.
 func heldOver(as []hangAttempt, stop, from, to time.Time) (held, fresh int) {
 	before := map[int64]int64{}
 	for _, a := range as {
@@ -132,8 +133,8 @@ func heldOver(as []hangAttempt, stop, from, to time.Time) (held, fresh int) {
 	}
 	for _, a := range as {
 		r := a.r
-		if r.Start.Before(from) || !r.Start.Before(to) || r.Status != 201 || r.Receipt.Degraded {
-			continue
+		if r.Start.Before(from) || !r.Start.Before(to) || !r.Start.Add(r.Latency).Before(to) || r.Status != 201 || r.Receipt.Degraded {
+			continue // outside the hung window (sent in it and answered before the SIGCONT), or not a locked sale
 		}
 		if r.Receipt.FenceToken == 0 || r.Receipt.FenceToken > before[r.Receipt.ItemID] {
 			fresh++
@@ -337,7 +338,9 @@ func hangFigures(ev *ChaosEvent, cfg Config, takesLock bool, start time.Time, pu
 		// the hung Redis: it is counted among the caught ones, not the healthy ones).
 		h.Healthy = window(as, start, hangWarmUp, hangWarmUp+hangHealthy, stopped)
 		h.Caught, h.CaughtMaxMS = caught(as, start.Add(stopped))
-		h.Hung = window(as, start, stopped+hangSettle, cont, 0)
+		// Answered before the SIGCONT too: a purchase sent just before it may be served by the
+		// Redis that answers again, under a fresh lock, which is no sale of the hang.
+		h.Hung = window(as, start, stopped+hangSettle, cont, cont)
 		if takesLock {
 			h.HeldOver, h.NewLocks = heldOver(as, start.Add(stopped), start.Add(stopped+hangSettle), start.Add(cont))
 		}
