@@ -12,6 +12,11 @@ import (
 // DefaultMaxBatch is the default of Config.MaxBatch: the most purchases one lock hold sells.
 const DefaultMaxBatch = 64
 
+// streamYield is how long an item's worker waits, after a streaming hold that ran its whole
+// window, before it takes the lock again: long enough for the release message to wake a waiter
+// in another process and its acquisition to reach Redis, short beside the window.
+const streamYield = 10 * time.Millisecond
+
 // maxReadmits bounds how often one hold reads again and admits again after its guarded update
 // found less stock than it had read (another writer without the lock).
 const maxReadmits = 3
@@ -60,6 +65,7 @@ type itemQueue struct {
 	known  bool      // stock and fence were read by this worker
 	stock  int       // the stock after this worker's last read or write
 	read   int       // the stock this worker's last read found
+	yield  bool      // the last hold streamed until its window closed: pause before the next
 	readAt time.Time // when that read began: it is true for the purchases waiting then
 	fence  int64     // the stored fence token last seen: the floor of the next token
 }
@@ -167,6 +173,18 @@ func (s *coalesced) run(q *itemQueue) {
 			return
 		}
 		s.mu.Unlock()
+		if q.yield {
+			// The last hold streamed until its window closed with buyers still coming: give
+			// the lock's waiters in other processes (a cart of this item) the moment its
+			// release message needs to reach them, or this worker would take it back first.
+			q.yield = false
+			t := time.NewTimer(streamYield)
+			select {
+			case <-t.C:
+			case <-s.life.ctx.Done():
+				t.Stop()
+			}
+		}
 		s.hold(q)
 	}
 }
@@ -278,7 +296,7 @@ func (s *coalesced) hold(q *itemQueue) {
 		return
 	}
 	if nt, ok := held.(nextTokener); ok && s.stream > 0 {
-		written = s.streamHold(ctx, lockCtx, held, nt, q, batch)
+		written, q.yield = s.streamHold(ctx, lockCtx, held, nt, q, batch)
 		return
 	}
 	replies, written = s.sell(ctx, lockCtx, held, q, batch)
@@ -402,9 +420,9 @@ type nextTokener interface {
 // write's buyers are answered as soon as it is decided. Each write after the first draws a new
 // fencing token from the lock (the fence accepts each token once, and in order). The hold ends
 // once no purchase is left working; it returns the number of orders written.
-func (s *coalesced) streamHold(ctx, lockCtx context.Context, held Held, nt nextTokener, q *itemQueue, batch []*waiter) int {
+func (s *coalesced) streamHold(ctx, lockCtx context.Context, held Held, nt nextTokener, q *itemQueue, batch []*waiter) (written int, windowClosed bool) {
 	finished := make(chan *waiter, s.maxBatch)
-	working, reserved, written := 0, 0, 0
+	working, reserved := 0, 0
 	start := func(ws []*waiter) {
 		for _, w := range ws {
 			working++
@@ -456,7 +474,7 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, held Held, nt nextT
 			}
 		case <-q.wake:
 		case <-window.C:
-			open = false
+			open, windowClosed = false, true
 		case <-lost:
 			open, lost = false, nil
 		}
@@ -464,7 +482,7 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, held Held, nt nextT
 			start(s.admit(q, q.stock-reserved, s.maxBatch-working))
 		}
 	}
-	return written
+	return written, windowClosed
 }
 
 // write writes the purchases of batch whose work completed, under the hold; it returns the
