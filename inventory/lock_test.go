@@ -174,13 +174,20 @@ func testExpiredLockMidPurchase(t *testing.T, be backend) {
 	const n, stock = 30, 15
 
 	t.Run("lock oversells", func(t *testing.T) {
+		// A race, not a script (TestStaleHolderWritesAfterNewerOne is the scripted case): two
+		// holders must both read before either writes. A burst shows it most of the time; up
+		// to three bursts must show it once.
 		db, _ := openDB(t, be)
 		s, _ := lockService(t, db, srv, opts, oblivious)
-		id := resetItems(t, s, stock)[0]
-		o := burstWith(t, []*inventory.Service{s}, inventory.StrategyLock, id, n, work)
-		st := statsOf(t, s, id)
-		assert.Positive(t, st.OversoldUnits, "an expired lock lets two holders sell the same units")
-		t.Logf("lock: %d ok, sold %d of %d, oversold %d, errors %v %v, retried %d", o.ok, st.SoldUnits, st.InitialStock, st.OversoldUnits, o.errs, o.samples, o.retried.Load())
+		oversold := 0
+		for burst := 1; burst <= 3 && oversold == 0; burst++ {
+			id := resetItems(t, s, stock)[0]
+			o := burstWith(t, []*inventory.Service{s}, inventory.StrategyLock, id, n, work)
+			st := statsOf(t, s, id)
+			oversold = st.OversoldUnits
+			t.Logf("lock, burst %d: %d ok, sold %d of %d, oversold %d, errors %v %v, retried %d", burst, o.ok, st.SoldUnits, st.InitialStock, st.OversoldUnits, o.errs, o.samples, o.retried.Load())
+		}
+		assert.Positive(t, oversold, "an expired lock lets two holders sell the same units")
 	})
 	for name, wrap := range map[string]func(inventory.Locker) inventory.Locker{
 		"lock+guard safe, holder oblivious": oblivious,
