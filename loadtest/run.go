@@ -20,6 +20,9 @@ import (
 // errUnreachable marks targets that do not answer (exit code 2).
 var errUnreachable = errors.New("unreachable")
 
+// readyWithin bounds the wait for every target's /readyz before a run.
+const readyWithin = 10 * time.Second
+
 // Run runs the load test described by cfg: in self-contained mode it starts (and always stops)
 // its own cluster, otherwise it uses cfg.Targets. Progress lines go to logw (nil: none).
 func Run(ctx context.Context, cfg Config, logw io.Writer) (*Report, error) {
@@ -98,8 +101,17 @@ func RunTargets(ctx context.Context, cfg Config, urls []string, token string, cl
 			info.PID = cl.Instances[i].PID()
 		}
 		rep.Instances = append(rep.Instances, info)
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// Ready within a few seconds: a storefront that answers 503 may be waiting for its
+		// Redis (a Sentinel set settling after the last run's failover, a breaker's probe).
+		pctx, cancel := context.WithTimeout(ctx, readyWithin)
 		err := a.ready(pctx)
+		for err != nil && pctx.Err() == nil {
+			select {
+			case <-pctx.Done():
+			case <-time.After(100 * time.Millisecond):
+				err = a.ready(pctx)
+			}
+		}
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("target %s %w: %v", a.base, errUnreachable, err)
