@@ -14,9 +14,15 @@ import (
 // gormLogger sends GORM's statement log to slog: slow statements at Warn, failed ones at Debug
 // (their callers decide what a failure means and log it themselves). It renders a statement's
 // SQL only when it logs it.
+//
+// While gorm.Open runs (opening), GORM's own Error lines go to Debug too: the one it writes
+// there ("failed to initialize database, got error ...") repeats the error gorm.Open returns,
+// which Open wraps and its caller logs once (the command's "stockguard failed"). Once the
+// database is open (openGorm), they are errors again.
 type gormLogger struct {
-	log  *slog.Logger
-	slow time.Duration
+	log     *slog.Logger
+	slow    time.Duration
+	opening bool
 }
 
 var _ logger.Interface = gormLogger{}
@@ -32,6 +38,10 @@ func (l gormLogger) Warn(ctx context.Context, msg string, args ...any) {
 }
 
 func (l gormLogger) Error(ctx context.Context, msg string, args ...any) {
+	if l.opening {
+		l.log.DebugContext(ctx, fmt.Sprintf(msg, args...))
+		return
+	}
 	l.log.ErrorContext(ctx, fmt.Sprintf(msg, args...))
 }
 

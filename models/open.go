@@ -27,7 +27,8 @@ type options struct {
 }
 
 // WithLogger makes Open and GORM log through l: statements slower than 1s at Warn, failed
-// statements at Debug. Default (and for nil): discard.
+// statements at Debug, GORM's own errors at Error except while it opens the database (that
+// error is Open's to return, not to log). Default (and for nil): discard.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
@@ -132,17 +133,26 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*gorm.DB, error) {
 	return db, nil
 }
 
-// gormConfig is the GORM configuration of both backends.
-func gormConfig(o options) *gorm.Config {
-	return &gorm.Config{
+// openGorm opens GORM over d with the configuration of both backends. Its logger keeps GORM's
+// own Error lines at Debug until gorm.Open has returned (see gormLogger).
+func openGorm(d gorm.Dialector, o options) (*gorm.DB, error) {
+	l := gormLogger{log: o.logger, slow: time.Second}
+	opening := l
+	opening.opening = true
+	db, err := gorm.Open(d, &gorm.Config{
 		SkipDefaultTransaction: true, // transactions are explicit and short
 		TranslateError:         true, // unique violations become gorm.ErrDuplicatedKey
-		Logger:                 gormLogger{log: o.logger, slow: time.Second},
+		Logger:                 opening,
+	})
+	if err != nil {
+		return nil, err
 	}
+	db.Logger = l
+	return db, nil
 }
 
 func openOnce(ctx context.Context, full string, memory bool, o options) (*gorm.DB, error) {
-	db, err := gorm.Open(sqlite.Open(full), gormConfig(o))
+	db, err := openGorm(sqlite.Open(full), o)
 	if err != nil {
 		return nil, err
 	}

@@ -46,7 +46,7 @@ func openPostgres(ctx context.Context, url string, o options) (*gorm.DB, error) 
 	// connection pooler's rebalancing.
 	sqlDB.SetConnMaxLifetime(30 * time.Minute)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), gormConfig(o))
+	db, err := openGorm(postgres.New(postgres.Config{Conn: sqlDB}), o)
 	if err != nil {
 		_ = sqlDB.Close()
 		return nil, fmt.Errorf("models: open PostgreSQL %s@%s:%d/%s: %w", cfg.User, cfg.Host, cfg.Port, cfg.Database, err)
