@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,21 +19,30 @@ import (
 	"github.com/stockguard/stockguard/internal/redistest"
 )
 
-// The README's examples are run as written, against the server its text starts, and what
-// they print is compared with the answers it shows: they cannot drift from the code.
+// The examples of README.md and docs/*.md are run as written, against the server their text
+// starts, and what they print is compared with the answers they show: they cannot drift from
+// the code, and wherever an example moves among those pages its test follows it.
 
-// readmeBlock returns the lines of README.md's first ```sh block that contains marker.
+// readmeBlock returns the lines of the one ```sh block of README.md or docs/*.md that contains
+// marker.
 func readmeBlock(t *testing.T, marker string) []string {
 	t.Helper()
-	b, err := os.ReadFile("README.md")
+	pages, err := filepath.Glob("docs/*.md")
 	require.NoError(t, err)
-	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
-		if strings.Contains(block[1], marker) {
-			return strings.Split(strings.TrimRight(block[1], "\n"), "\n")
+	var found [][]string
+	var where []string
+	for _, page := range append([]string{"README.md"}, pages...) {
+		b, err := os.ReadFile(page)
+		require.NoError(t, err)
+		for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+			if strings.Contains(block[1], marker) {
+				found = append(found, strings.Split(strings.TrimRight(block[1], "\n"), "\n"))
+				where = append(where, page)
+			}
 		}
 	}
-	t.Fatalf("README.md has no sh block with %q", marker)
-	return nil
+	require.Len(t, found, 1, "one sh block with %q in README.md and docs/*.md; found in %v", marker, where)
+	return found[0]
 }
 
 // curlCall is one curl command of the README.
@@ -125,7 +135,7 @@ func (c curlCall) do(t *testing.T) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-// Quick start's calls, against `go run .` on a fresh database and Redis: each answer shown
+// README's quick start calls, against `go run .` on a fresh database and Redis: each answer shown
 // as "# STATUS BODY" is the answer given ("# STATUS, the same body" repeats the one before).
 func TestReadmeQuickStart(t *testing.T) {
 	lines := readmeBlock(t, "curl -s localhost:8080/api/items\n")
@@ -158,7 +168,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	_ = s.shutdown()
 }
 
-// Learn's naive burst, against `go run . --demo` (its own fresh database): the numbers the
+// The naive burst of docs/strategies.md, against `go run . --demo` (its own fresh database): the numbers the
 // comment states for item 5 are those /api/stats shows.
 func TestReadmeLearnNaive(t *testing.T) {
 	lines := readmeBlock(t, "X-Strategy: naive")
@@ -202,7 +212,7 @@ func TestReadmeLearnNaive(t *testing.T) {
 	t.Fatalf("no item %s in %s", item[1], body)
 }
 
-// The admin example of the HTTP API section, with the token it says to set.
+// The admin example of docs/api.md, with the token it says to set.
 func TestReadmeAdminReset(t *testing.T) {
 	lines := readmeBlock(t, "api/admin/reset")
 	t.Chdir(t.TempDir())
