@@ -22,7 +22,7 @@ const advisoryLockKey int64 = 0x73746f636b677264
 // Every connection runs with statement_timeout = o.statementTimeout, so a statement that
 // waits for a row lock or runs longer is cancelled by the server, and with the default
 // isolation, READ COMMITTED (the guard's conditional UPDATE re-checks its WHERE on the row's
-// newest version after waiting for a concurrent writer: see README). A connect_timeout in url
+// newest version after waiting for a concurrent writer: see docs/operations.md, "Scale out"). A connect_timeout in url
 // wins; otherwise a connection attempt gives up after 5s. Parameters in url (sslmode,
 // application_name, statement_timeout...) win over these defaults.
 func openPostgres(ctx context.Context, url string, o options) (*gorm.DB, error) {
