@@ -132,7 +132,9 @@ func testHoldKeyReplayShowsState(t *testing.T, be backend) {
 // Concurrent placements of one hold under one key, spread over two processes on one database
 // (each process's keyed mutex orders its own; the unique index the two): at most one hold is
 // placed, every other answer is its replay, and its units are set aside once.
-func TestHoldKeyConcurrentDuplicates(t *testing.T) { forEachBackend(t, testHoldKeyConcurrentDuplicates) }
+func TestHoldKeyConcurrentDuplicates(t *testing.T) {
+	forEachBackend(t, testHoldKeyConcurrentDuplicates)
+}
 
 func testHoldKeyConcurrentDuplicates(t *testing.T, be backend) {
 	srv := redistest.Start(t)
