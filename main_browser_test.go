@@ -269,6 +269,32 @@ func TestShopCartInBrowser(t *testing.T) {
 	assert.Equal(t, "cart-heading", focused())
 	assert.Equal(t, "1 × Anorak", eval(`[...document.querySelectorAll('#cart-lines li span')].map((e) => e.textContent).join('|')`))
 
+	// A hold whose answer is lost and that runs out before the page asks again: holding again
+	// under its key says it has ended, and the cart stays for a new hold.
+	require.NoError(t, chromedp.Do(ctx, browsertest.Void(chromedp.Evaluate[any](`(() => {
+		const real = window.fetch;
+		window.fetch = async (url, init) => {
+			const res = await real(url, init);
+			if (String(url).endsWith('/api/holds') && !window.lostHeld) {
+				window.lostHeld = await res.clone().json();
+				throw new TypeError('Failed to fetch');
+			}
+			return res;
+		};
+	})()`)), chromedp.Focus(chromedp.ID("hold")), chromedp.KeyEvent("\r"), waitStatus(`^Not known to be held`)))
+	var lostID int64
+	_, err = fmt.Sscanf(eval(`String(window.lostHeld.id)`), "%d", &lostID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var h struct{ Status string }
+		return s.call("GET", fmt.Sprintf("/api/holds/%d", lostID), "", &h) == 200 && h.Status == "expired"
+	}, 20*time.Second, 100*time.Millisecond)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("hold")), chromedp.KeyEvent("\r"),
+		waitStatus(fmt.Sprintf(`^Hold %d, placed before the shop could answer, is expired now\.`, lostID))))
+	assert.Equal(t, "hold", focused())
+	assert.Equal(t, "1 × Anorak", eval(`[...document.querySelectorAll('#cart-lines li span')].map((e) => e.textContent).join('|')`),
+		"the cart is kept")
+
 	width, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.documentElement.scrollWidth`))
 	require.NoError(t, err)
 	assert.LessOrEqual(t, width, 390.0, "the page is no wider than the phone")
