@@ -114,9 +114,13 @@ func (s *Service) holdKeyConflict(ctx context.Context, key string) error {
 	return nil
 }
 
+// sqlHoldByKey finds the hold placed under a key. It is prepared once (store.hk): every
+// keyed purchase or checkout that finds no order under its key runs it too.
+const sqlHoldByKey = `SELECT id, fingerprint FROM holds WHERE idempotency_key = ?`
+
 // holdByKey returns the id and fingerprint of the hold placed under key, if any.
 func (st store) holdByKey(ctx context.Context, key string) (id int64, fp string, ok bool, err error) {
-	err = st.sqlDB.QueryRowContext(ctx, st.sql(`SELECT id, fingerprint FROM holds WHERE idempotency_key = ?`), key).Scan(&id, &fp)
+	err = st.hk.QueryRowContext(ctx, key).Scan(&id, &fp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", false, nil
 	}
