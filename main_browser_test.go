@@ -181,8 +181,25 @@ func TestShopCartInBrowser(t *testing.T) {
 			static now() { return Real.now() + skew; }
 		};
 	})()`))))
-	require.NoError(t, chromedp.Do(ctx, qty(capID), chromedp.KeyEvent("\r"), waitStatus(`Added 1 × Cap`),
-		chromedp.Focus(chromedp.ID("hold")), chromedp.KeyEvent("\r"), waitStatus(`^Hold \d+ placed: 1 × Cap set aside`)))
+	// The hold's first answer is lost on the way back too: the page says it does not know, and
+	// holding again shows the hold placed under the same Idempotency-Key (its unit set aside
+	// once).
+	require.NoError(t, chromedp.Do(ctx, browsertest.Void(chromedp.Evaluate[any](`(() => {
+		const real = window.fetch;
+		window.fetch = async (url, init) => {
+			const res = await real(url, init);
+			if (String(url).endsWith('/api/holds') && !window.lostHold) {
+				window.lostHold = true;
+				throw new TypeError('Failed to fetch');
+			}
+			return res;
+		};
+	})()`)), qty(capID), chromedp.KeyEvent("\r"), waitStatus(`Added 1 × Cap`),
+		chromedp.Focus(chromedp.ID("hold")), chromedp.KeyEvent("\r"), waitStatus(`^Not known to be held`)))
+	assert.Equal(t, "1 × Cap", eval(`[...document.querySelectorAll('#cart-lines li span')].map((e) => e.textContent).join('|')`),
+		"the cart is kept")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("hold")), chromedp.KeyEvent("\r"),
+		waitStatus(`^Hold \d+ placed: 1 × Cap set aside`)))
 	assert.Equal(t, "confirm", focused())
 	first := eval(`document.getElementById('countdown').textContent`)
 	assert.Regexp(t, `^(10:00|9:5\d)$`, first)
@@ -197,7 +214,7 @@ func TestShopCartInBrowser(t *testing.T) {
 	assert.Equal(t, "confirm", focused(), "said, not focused")
 	var it item
 	require.Equal(t, 200, s.call("GET", fmt.Sprintf("/api/items/%d", capID), "", &it))
-	assert.Equal(t, 1, it.Stock, "the held unit is off the stock")
+	assert.Equal(t, 1, it.Stock, "the held unit is off the stock, once")
 	require.NoError(t, chromedp.Do(ctx, chromedp.KeyEvent("\r"), waitStatus(`^Hold \d+ confirmed: order \d+ placed: 1 × Cap\.$`)))
 	assert.Equal(t, "order-heading", focused())
 	assert.Equal(t, "true", eval(`String(document.getElementById('hold-box').hidden)`))
@@ -251,6 +268,32 @@ func TestShopCartInBrowser(t *testing.T) {
 	assert.Equal(t, "expired", eval(`document.getElementById('countdown').textContent`))
 	assert.Equal(t, "cart-heading", focused())
 	assert.Equal(t, "1 × Anorak", eval(`[...document.querySelectorAll('#cart-lines li span')].map((e) => e.textContent).join('|')`))
+
+	// A hold whose answer is lost and that runs out before the page asks again: holding again
+	// under its key says it has ended, and the cart stays for a new hold.
+	require.NoError(t, chromedp.Do(ctx, browsertest.Void(chromedp.Evaluate[any](`(() => {
+		const real = window.fetch;
+		window.fetch = async (url, init) => {
+			const res = await real(url, init);
+			if (String(url).endsWith('/api/holds') && !window.lostHeld) {
+				window.lostHeld = await res.clone().json();
+				throw new TypeError('Failed to fetch');
+			}
+			return res;
+		};
+	})()`)), chromedp.Focus(chromedp.ID("hold")), chromedp.KeyEvent("\r"), waitStatus(`^Not known to be held`)))
+	var lostID int64
+	_, err = fmt.Sscanf(eval(`String(window.lostHeld.id)`), "%d", &lostID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var h struct{ Status string }
+		return s.call("GET", fmt.Sprintf("/api/holds/%d", lostID), "", &h) == 200 && h.Status == "expired"
+	}, 20*time.Second, 100*time.Millisecond)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("hold")), chromedp.KeyEvent("\r"),
+		waitStatus(fmt.Sprintf(`^Hold %d, placed before the shop could answer, is expired now\.`, lostID))))
+	assert.Equal(t, "hold", focused())
+	assert.Equal(t, "1 × Anorak", eval(`[...document.querySelectorAll('#cart-lines li span')].map((e) => e.textContent).join('|')`),
+		"the cart is kept")
 
 	width, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.documentElement.scrollWidth`))
 	require.NoError(t, err)

@@ -277,8 +277,22 @@ func TestGeneratedAdminToken(t *testing.T) {
 	body := `{"items":[{"sku":"A","name":"a","stock":1,"price_cents":1}]}`
 	assert.Equal(t, http.StatusUnauthorized, s.call("POST", "/api/admin/reset", body, nil, "Authorization: Bearer wrong"))
 	assert.Equal(t, http.StatusOK, s.call("POST", "/api/admin/reset", body, nil, "Authorization: Bearer "+token))
-	// Not in demo mode: the demo headers are refused.
-	assert.Equal(t, http.StatusBadRequest, s.call("POST", "/api/items/1/purchase", `{"quantity":1}`, nil, "X-Strategy: naive"))
+	// Not in demo mode: every demo header is refused, on every route that sells or holds.
+	for _, h := range []string{"X-Strategy: naive", "X-Simulated-Work: 1ms", "X-Fault: stall", "X-Barrier: b"} {
+		for _, r := range []struct{ path, body string }{
+			{"/api/items/1/purchase", `{"quantity":1}`},
+			{"/api/checkout", `{"lines":[{"item_id":1,"quantity":1}]}`},
+			{"/api/holds", `{"lines":[{"item_id":1,"quantity":1}]}`},
+		} {
+			assert.Equal(t, http.StatusBadRequest, s.call("POST", r.path, r.body, nil, h), "%s on %s", h, r.path)
+		}
+	}
+	var items []struct {
+		Stock int `json:"stock"`
+	}
+	require.Equal(t, http.StatusOK, s.call("GET", "/api/items", "", &items))
+	require.Len(t, items, 1)
+	assert.Equal(t, 1, items[0].Stock, "nothing sold or held")
 	assert.Equal(t, 0, s.shutdown())
 }
 

@@ -31,7 +31,8 @@ type Carts interface {
 //
 //	POST   /api/checkout             {"lines":[{"item_id":1,"quantity":2},...]}, Idempotency-Key:
 //	                                 201 the order (all lines or none), 200 idempotent replay
-//	POST   /api/holds                {"lines":[...],"ttl":"10m"}: 201 the hold (units set aside)
+//	POST   /api/holds                {"lines":[...],"ttl":"10m"}, Idempotency-Key: 201 the hold
+//	                                 (units set aside), 200 the same hold as it stands now
 //	GET    /api/holds/:id            200 the hold, its status as of the database's clock
 //	POST   /api/holds/:id/confirm    201 the order, 200 the same order again
 //	DELETE /api/holds/:id            204 (idempotent); the units go back
@@ -175,7 +176,8 @@ func writeCartError(c *gin.Context, err error) {
 	c.AbortWithStatusJSON(a.status, cartErrorBody{Error: cartErrorDetail{Code: a.code, Message: a.message, Lines: short.Lines}})
 }
 
-// placeHold answers 201 with the new hold.
+// placeHold answers 201 with the new hold, or 200 with the hold as it stands now when the
+// Idempotency-Key already placed it (same merged lines, same ttl).
 func (s *server) placeHold(c *gin.Context) {
 	req, err := s.parseHold(c)
 	if err != nil {
@@ -187,7 +189,11 @@ func (s *server) placeHold(c *gin.Context) {
 		writeCartError(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, h)
+	status := http.StatusCreated
+	if h.Replayed {
+		status = http.StatusOK
+	}
+	c.JSON(status, h)
 }
 
 func (s *server) parseHold(c *gin.Context) (inventory.HoldRequest, error) {
@@ -196,17 +202,15 @@ func (s *server) parseHold(c *gin.Context) (inventory.HoldRequest, error) {
 	if err = s.singlePurchaseFaults(c); err != nil {
 		return req, err
 	}
-	if _, ok := c.Request.Header[http.CanonicalHeaderKey(headerIdempotencyKey)]; ok {
-		// A hold answered but lost is retried as a new hold; the lost one expires by itself.
-		return req, fmt.Errorf("%w: a hold takes no %s (a lost one expires by itself); confirming a hold is idempotent",
-			inventory.ErrInvalid, headerIdempotencyKey)
+	if req.IdempotencyKey, err = idempotencyKey(c.Request.Header); err != nil {
+		return req, err
 	}
 	var work time.Duration
 	if req.Strategy, work, err = s.demoHeaders(c.Request.Header); err != nil {
 		return req, err
 	}
 	if work != 0 {
-		return req, fmt.Errorf("%w: a hold does no simulated work; send %s with the checkout", inventory.ErrInvalid, headerSimulatedWork)
+		return req, fmt.Errorf("%w: a hold does no simulated work; send %s with the checkout", inventory.ErrInvalid, HeaderSimulatedWork)
 	}
 	fields, err := decodeObject(c.Request.Body, "lines", "ttl")
 	if err != nil {

@@ -11,12 +11,6 @@ import (
 // What an extension's routes (Config.Extend) share with the storefront's: the error answer,
 // the strict JSON body, the body limit and the request's logger (ItemViews: catalogue.go).
 
-// Purchase request headers an extension may send (demo mode).
-const (
-	HeaderStrategy      = headerStrategy
-	HeaderSimulatedWork = headerSimulatedWork
-)
-
 // Error is an error that carries its own answer, for an extension's errors: WriteError answers
 // it with Status and the code Code, the message being the whole error's text.
 type Error struct {

@@ -71,7 +71,9 @@ type Config struct {
 	Service Service
 	// AdminToken is the bearer token of the admin routes; "" refuses every admin request.
 	AdminToken string
-	// Demo accepts the X-Strategy and X-Simulated-Work headers and serves /api/debug/locks.
+	// Demo accepts the demo headers (DemoHeaders: X-Strategy and X-Simulated-Work, read here;
+	// X-Fault and X-Barrier, left to Intercept and Extend) and serves /api/debug/locks.
+	// Without it a purchase, checkout or hold placement that sends any of them is 400.
 	Demo bool
 	// DefaultStrategy labels the metrics of purchases that name no strategy; "" means
 	// inventory.StrategyLockGuard.

@@ -17,13 +17,6 @@ import (
 	"github.com/stockguard/stockguard/inventory"
 )
 
-// Purchase request headers.
-const (
-	headerIdempotencyKey = "Idempotency-Key"
-	headerStrategy       = "X-Strategy"
-	headerSimulatedWork  = "X-Simulated-Work"
-)
-
 // purchase answers 201 with the receipt of a new order, or 200 with the original receipt when
 // the Idempotency-Key was already used for the same request.
 func (s *server) purchase(c *gin.Context) {
@@ -94,7 +87,7 @@ func (s *server) parsePurchase(c *gin.Context) (inventory.PurchaseRequest, error
 // idempotencyKey returns the Idempotency-Key header ("" when absent). When present it must be
 // one non-empty value; the service checks its length and characters.
 func idempotencyKey(h http.Header) (string, error) {
-	values, ok := h[http.CanonicalHeaderKey(headerIdempotencyKey)]
+	values, ok := h[http.CanonicalHeaderKey(HeaderIdempotencyKey)]
 	if !ok {
 		return "", nil
 	}
@@ -104,26 +97,24 @@ func idempotencyKey(h http.Header) (string, error) {
 	return values[0], nil
 }
 
-// demoHeaders reads X-Strategy and X-Simulated-Work (a Go duration). Outside demo mode either
-// header is 400. The service checks the strategy name and the work's range.
+// demoHeaders reads X-Strategy and X-Simulated-Work (a Go duration). Outside demo mode any
+// demo header (DemoHeaders: these two, X-Fault, X-Barrier) is 400. The service checks the
+// strategy name and the work's range.
 func (s *server) demoHeaders(h http.Header) (strategy string, work time.Duration, err error) {
-	_, hasStrategy := h[http.CanonicalHeaderKey(headerStrategy)]
-	_, hasWork := h[http.CanonicalHeaderKey(headerSimulatedWork)]
 	if !s.demo {
-		if hasStrategy || hasWork {
-			return "", 0, fmt.Errorf("%w: %s and %s are only accepted when the server runs with --demo", inventory.ErrInvalid, headerStrategy, headerSimulatedWork)
-		}
-		return "", 0, nil
+		return "", 0, refuseDemoHeaders(h)
 	}
+	_, hasStrategy := h[http.CanonicalHeaderKey(HeaderStrategy)]
+	_, hasWork := h[http.CanonicalHeaderKey(HeaderSimulatedWork)]
 	if hasStrategy {
-		if strategy = h.Get(headerStrategy); strategy == "" {
-			return "", 0, fmt.Errorf("%w: %s must name a strategy, one of %q", inventory.ErrInvalid, headerStrategy, s.svc.Strategies())
+		if strategy = h.Get(HeaderStrategy); strategy == "" {
+			return "", 0, fmt.Errorf("%w: %s must name a strategy, one of %q", inventory.ErrInvalid, HeaderStrategy, s.svc.Strategies())
 		}
 	}
 	if hasWork {
-		raw := h.Get(headerSimulatedWork)
+		raw := h.Get(HeaderSimulatedWork)
 		if work, err = time.ParseDuration(raw); err != nil {
-			return "", 0, fmt.Errorf("%w: %s %q must be a Go duration from 0s to %s", inventory.ErrInvalid, headerSimulatedWork, raw, inventory.MaxWork)
+			return "", 0, fmt.Errorf("%w: %s %q must be a Go duration from 0s to %s", inventory.ErrInvalid, HeaderSimulatedWork, raw, inventory.MaxWork)
 		}
 	}
 	return strategy, work, nil

@@ -270,14 +270,15 @@ func (s *Service) Checkout(ctx context.Context, req CheckoutRequest) (CartReceip
 	return CartReceipt{}, err
 }
 
-// replayCart returns the order stored under key, when its fingerprint is fp.
+// replayCart returns the order stored under key, when its fingerprint is fp; a key that
+// placed a hold is ErrIdempotencyConflict (hold_keys.go).
 func (s *Service) replayCart(ctx context.Context, key, fp string) (CartReceipt, bool, error) {
 	o, ok, err := s.store.orderByKey(ctx, key)
 	if err != nil {
 		return CartReceipt{}, false, s.dbErr(err)
 	}
 	if !ok {
-		return CartReceipt{}, false, nil
+		return CartReceipt{}, false, s.holdKeyConflict(ctx, key)
 	}
 	if o.Fingerprint != fp {
 		return CartReceipt{}, false, fmt.Errorf("%w: key was used for another request (%s)", ErrIdempotencyConflict, describeFingerprint(o.Fingerprint))

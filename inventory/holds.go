@@ -29,9 +29,10 @@ var (
 
 // HoldRequest asks to set aside every line of a cart, all or nothing, for TTL.
 type HoldRequest struct {
-	Lines    []CartLine    // as CheckoutRequest.Lines
-	TTL      time.Duration // MinHoldTTL..MaxHoldTTL; 0 means Config.HoldTTL
-	Strategy string        // guard or lock+guard; "" the service's cart strategy
+	Lines          []CartLine    // as CheckoutRequest.Lines
+	TTL            time.Duration // MinHoldTTL..MaxHoldTTL; 0 means Config.HoldTTL
+	Strategy       string        // guard or lock+guard; "" the service's cart strategy
+	IdempotencyKey string        // "" means none; see PlaceHold
 }
 
 // StockHold is a hold as the service shows it. Status is one of models.HoldActive,
@@ -49,6 +50,7 @@ type StockHold struct {
 	Now       time.Time     `json:"now"`
 	OrderID   int64         `json:"order_id,omitempty"`
 	Strategy  string        `json:"strategy"`
+	Replayed  bool          `json:"-"` // the hold an earlier placement under the same key placed, as it stands now
 }
 
 // PlaceHold takes every line's units off the stock, all or nothing, with the same write as
@@ -57,6 +59,13 @@ type StockHold struct {
 // hold is confirmed, cancelled or expired, its units cannot be sold to anyone else: for every
 // item, initial stock − stock = the units of its order lines + the units of its active holds.
 // A short line is a *ShortLinesError (ErrInsufficientStock); other errors as Checkout's.
+//
+// With an IdempotencyKey, a placement whose answer was lost can be sent again: the same key
+// with the same merged lines and ttl answers the hold it placed, as it stands now (active,
+// confirmed, cancelled or expired: GetHold's view), with Replayed set, and sets nothing more
+// aside. The key shares the orders' key space (one key names one order or one hold): a key
+// already used by another hold, or by any purchase or checkout, is ErrIdempotencyConflict
+// (hold_keys.go).
 func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, error) {
 	c, err := mergeLines(req.Lines)
 	if err != nil {
@@ -69,17 +78,39 @@ func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, er
 	if ttl < MinHoldTTL || ttl > MaxHoldTTL {
 		return StockHold{}, fmt.Errorf("%w: a hold's ttl must be from %s to %s, got %s", ErrInvalid, MinHoldTTL, MaxHoldTTL, ttl)
 	}
+	if key := req.IdempotencyKey; len(key) > MaxIdempotencyKey || !printableASCII(key) {
+		return StockHold{}, fmt.Errorf("%w: idempotency key must be 1 to %d printable ASCII characters", ErrInvalid, MaxIdempotencyKey)
+	}
 	name, err := s.cartStrategy(req.Strategy, true)
 	if err != nil {
 		return StockHold{}, err
 	}
+	p := holdPlacement{cart: c, ttl: ttl, strategy: name, key: req.IdempotencyKey, fp: holdFingerprint(c, ttl)}
+	if p.key == "" {
+		return s.placeHold(ctx, p)
+	}
+	return s.placeHoldKeyed(ctx, p)
+}
+
+// holdPlacement is one validated hold placement.
+type holdPlacement struct {
+	cart     cart
+	ttl      time.Duration
+	strategy string
+	key      string // "" for none
+	fp       string // holdFingerprint
+}
+
+// placeHold writes the hold of p: its lines' guarded updates, the hold and its lines, in one
+// transaction. A key already taken (by a hold or an order) is errDuplicateKey, the
+// transaction rolled back.
+func (s *Service) placeHold(ctx context.Context, p holdPlacement) (StockHold, error) {
 	var expires int64
 	record := func(bool) recordFunc {
 		return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time) (int64, error) {
 			var id int64
-			err := tx.QueryRowContext(ctx, s.store.sql(`INSERT INTO holds (status, expires_at_ms, strategy, created_at)
-				VALUES ('active', {now} + ?, ?, ?) RETURNING id, expires_at_ms`), ttl.Milliseconds(), name, now).Scan(&id, &expires)
-			if err != nil {
+			var err error
+			if id, expires, err = s.store.insertHold(ctx, tx, p, now); err != nil {
 				return 0, err
 			}
 			for _, l := range res {
@@ -91,7 +122,7 @@ func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, er
 			return id, nil
 		}
 	}
-	rec, err := s.sellCart(ctx, c, name, 0, record)
+	rec, err := s.sellCart(ctx, p.cart, p.strategy, 0, record)
 	if err != nil {
 		return StockHold{}, err
 	}
@@ -99,7 +130,8 @@ func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, er
 		rec.Lines[i].Remaining = 0
 	}
 	at := time.UnixMilli(expires).UTC()
-	return StockHold{ID: rec.OrderID, Status: models.HoldActive, Lines: rec.Lines, ExpiresAt: at, Now: at.Add(-ttl.Truncate(time.Millisecond)), Strategy: name}, nil
+	return StockHold{ID: rec.OrderID, Status: models.HoldActive, Lines: rec.Lines, ExpiresAt: at,
+		Now: at.Add(-p.ttl.Truncate(time.Millisecond)), Strategy: p.strategy}, nil
 }
 
 // GetHold returns hold id, or an error wrapping ErrNotFound.

@@ -272,14 +272,15 @@ func (s *Service) admitAndRun(ctx context.Context, st strategy, name string, p p
 	return s.run(ctx, st, name, p)
 }
 
-// replay returns the receipt of the order stored under p.key, if there is one.
+// replay returns the receipt of the order stored under p.key, if there is one; a key that
+// placed a hold is ErrIdempotencyConflict (hold_keys.go).
 func (s *Service) replay(ctx context.Context, p purchase) (Receipt, bool, error) {
 	o, ok, err := s.store.orderByKey(ctx, p.key)
 	if err != nil {
 		return Receipt{}, false, s.dbErr(err)
 	}
 	if !ok {
-		return Receipt{}, false, nil
+		return Receipt{}, false, s.holdKeyConflict(ctx, p.key)
 	}
 	if o.Fingerprint != p.fingerprint {
 		return Receipt{}, false, fmt.Errorf("%w: key was used for item %d, quantity %d",

@@ -51,6 +51,7 @@ type store struct {
 	q     *statements     // those statements, in db's dialect
 	pg    bool            // the database is PostgreSQL (the dialect of the cart SQL)
 	cq    *cartStatements // the statements carts and holds added (cart_store.go)
+	hk    *sql.Stmt       // the lookup of a hold by its idempotency key (hold_keys.go)
 }
 
 func newStore(db *gorm.DB, writeTimeout time.Duration) (store, error) {
@@ -68,7 +69,12 @@ func newStore(db *gorm.DB, writeTimeout time.Duration) (store, error) {
 		q.close()
 		return store{}, err
 	}
-	st := store{db: db, writeTimeout: writeTimeout, sqlDB: sqlDB, q: q, pg: be == models.Postgres, cq: cq}
+	hk, err := sqlDB.PrepareContext(context.Background(), dialect(be == models.Postgres, sqlHoldByKey))
+	if err != nil {
+		q.close()
+		return store{}, fmt.Errorf("inventory: prepare the hold key lookup: %w", err)
+	}
+	st := store{db: db, writeTimeout: writeTimeout, sqlDB: sqlDB, q: q, pg: be == models.Postgres, cq: cq, hk: hk}
 	if be.OneWriter() {
 		st.gate = make(chan struct{}, 1)
 	}

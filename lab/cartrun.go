@@ -152,7 +152,7 @@ func (l *api) cartRun(ctx context.Context, insts []Instance, req labCartRequest)
 			{{ItemID: b, Quantity: 1}, {ItemID: a, Quantity: 1}}}
 		var headers []string
 		if demo {
-			headers = []string{HeaderFault, faultBarrier, HeaderBarrier, "lab-" + randomName()}
+			headers = []string{handlers.HeaderFault, faultBarrier, handlers.HeaderBarrier, "lab-" + randomName()}
 		}
 		out := make([]answer, 2)
 		var wg sync.WaitGroup

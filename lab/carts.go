@@ -28,9 +28,8 @@ import (
 // each and wait for each other's until their lock waits end, on every run.
 const faultBarrier = "barrier"
 
-// HeaderBarrier names the barrier of "X-Fault: barrier": 1 to 64 letters, digits, '.', '_' or
-// '-'. The carts that send one name meet.
-const HeaderBarrier = "X-Barrier"
+// The header handlers.HeaderBarrier (X-Barrier) names the barrier of "X-Fault: barrier": 1 to
+// 64 letters, digits, '.', '_' or '-'. The carts that send one name meet.
 
 // barrierParties is how many carts meet at a barrier.
 const barrierParties = 2
@@ -82,16 +81,16 @@ func (s *Storefront) parseCheckout(r *http.Request) (inventory.DemoCheckoutReque
 			return req, fmt.Errorf("%w: %s %q must be a Go duration from 0s to %s", inventory.ErrInvalid, handlers.HeaderSimulatedWork, raw, inventory.MaxWork)
 		}
 	}
-	values, ok := r.Header[http.CanonicalHeaderKey(HeaderFault)]
+	values, ok := r.Header[http.CanonicalHeaderKey(handlers.HeaderFault)]
 	if !ok {
 		return req, nil
 	}
 	if len(values) != 1 || values[0] != faultBarrier {
-		return req, fmt.Errorf("%w: a demo cart takes %s %q only", inventory.ErrInvalid, HeaderFault, faultBarrier)
+		return req, fmt.Errorf("%w: a demo cart takes %s %q only", inventory.ErrInvalid, handlers.HeaderFault, faultBarrier)
 	}
-	name := r.Header.Get(HeaderBarrier)
+	name := r.Header.Get(handlers.HeaderBarrier)
 	if !barrierName.MatchString(name) {
-		return req, fmt.Errorf("%w: %s must name the barrier: 1 to 64 letters, digits, '.', '_' or '-'", inventory.ErrInvalid, HeaderBarrier)
+		return req, fmt.Errorf("%w: %s must name the barrier: 1 to 64 letters, digits, '.', '_' or '-'", inventory.ErrInvalid, handlers.HeaderBarrier)
 	}
 	wait := s.cfg.LockWait
 	if wait <= 0 {

@@ -14,11 +14,11 @@ import (
 	"github.com/stockguard/stockguard/pitfalls"
 )
 
-// HeaderFault is the purchase header of the lab's faults: "stall" stops the purchase before
-// its write for longer than its lock's lease; "crash" (setnx-expire only) makes its lock's
-// holder die between SETNX and EXPIRE. On the demo carts' checkout it takes "barrier"
-// (request-order only, with HeaderBarrier; carts.go).
-const HeaderFault = "X-Fault"
+// The lab's faults are asked for with the header handlers.HeaderFault (X-Fault; the name is
+// part of the storefront's HTTP contract, which refuses it outside demo mode): "stall" stops
+// the purchase before its write for longer than its lock's lease; "crash" (setnx-expire only)
+// makes its lock's holder die between SETNX and EXPIRE. On the demo carts' checkout it takes
+// "barrier" (request-order only, with handlers.HeaderBarrier; carts.go).
 
 // EventStall is the event of a purchase the stall fault stops before its write (StallMS).
 const EventStall = "stall"
@@ -26,7 +26,7 @@ const EventStall = "stall"
 // faults builds, from X-Fault, the interceptor of the purchase's fault (handlers.Config.Intercept):
 // nil without the header.
 func (s *Storefront) faults(r *http.Request) (inventory.Interceptor, error) {
-	values, ok := r.Header[http.CanonicalHeaderKey(HeaderFault)]
+	values, ok := r.Header[http.CanonicalHeaderKey(handlers.HeaderFault)]
 	if !ok {
 		return nil, nil
 	}
@@ -49,7 +49,7 @@ func (s *Storefront) faults(r *http.Request) (inventory.Interceptor, error) {
 		}
 		return crashFault{}, nil
 	}
-	return nil, fmt.Errorf("%w: %s must be %q or %q", inventory.ErrInvalid, HeaderFault, faultStall, faultCrash)
+	return nil, fmt.Errorf("%w: %s must be %q or %q", inventory.ErrInvalid, handlers.HeaderFault, faultStall, faultCrash)
 }
 
 // stallFault is the stall fault: the purchase's first write attempt stops for pause without

@@ -208,7 +208,7 @@ func (l *api) purchase(ctx context.Context, base string, req labRunRequest, faul
 	}
 	hr.Header.Set(handlers.HeaderSimulatedWork, (time.Duration(req.WorkMS) * time.Millisecond).String())
 	if fault != faultNone {
-		hr.Header.Set(HeaderFault, fault)
+		hr.Header.Set(handlers.HeaderFault, fault)
 	}
 	resp, err := l.hc.Do(hr)
 	if err != nil {

@@ -74,14 +74,19 @@ const (
 // Hold is a reservation of stock: its lines' units were taken off the items' stock when it was
 // placed, and go back when it is cancelled or expires. ExpiresAtMS is the expiry in Unix
 // milliseconds of the database's clock (never a process's). OrderID is the order a
-// confirmation made.
+// confirmation made. IdempotencyKey is the key the hold was placed under (NULL when none;
+// unique, as orders' keys are, and checked against them: one key names one order or one
+// hold); Fingerprint identifies the placement (its merged lines and its ttl) so that a replay
+// of the key can tell the same request from another.
 type Hold struct {
-	ID          int64  `gorm:"primaryKey"`
-	Status      string `gorm:"not null;index"`
-	ExpiresAtMS int64  `gorm:"column:expires_at_ms;not null"`
-	OrderID     *int64
-	Strategy    string `gorm:"not null;default:''"`
-	CreatedAt   time.Time
+	ID             int64  `gorm:"primaryKey"`
+	Status         string `gorm:"not null;index"`
+	ExpiresAtMS    int64  `gorm:"column:expires_at_ms;not null"`
+	OrderID        *int64
+	Strategy       string  `gorm:"not null;default:''"`
+	IdempotencyKey *string `gorm:"uniqueIndex"`
+	Fingerprint    string  `gorm:"not null;default:''"`
+	CreatedAt      time.Time
 }
 
 // HoldLine is one item of a hold. FenceToken is the lock token that took its units.

@@ -17,6 +17,11 @@ let short = new Map(); // item id -> units available, of the lines the last refu
 // shop unreachable, or busy), so that checking out the same cart again replays an order that
 // went through instead of placing a second one; a new cart (any change) gets a new key.
 let cartKey = null;
+// holdKey is the Idempotency-Key of the cart's hold and the ttl it was sent with, kept as
+// cartKey is: holding the same cart again after an unknown answer shows the hold that went
+// through instead of setting the units aside twice. A new cart or another ttl gets a new key;
+// it is never the checkout's key (one key names one order or one hold).
+let holdKey = null;
 
 // A random key per request: a retry of the same request reuses it (replayed, not sold twice).
 function idempotencyKey() {
@@ -129,7 +134,7 @@ function addToCart(id, stay) {
   }
   cart.set(id, total);
   short.delete(id);
-  cartKey = null;
+  cartKey = holdKey = null;
   renderCart();
   say(`Added ${q} × ${name} to the cart (${total} in the cart, ${cart.size} ${cart.size === 1 ? 'line' : 'lines'}).`);
   stay.focus();
@@ -140,7 +145,7 @@ function removeLine(id) {
   const at = ids.indexOf(id);
   cart.delete(id);
   short.delete(id);
-  cartKey = null;
+  cartKey = holdKey = null;
   renderCart();
   say(`Removed ${nameOf(id)} from the cart.`);
   const rest = [...cart.keys()];
@@ -238,7 +243,7 @@ async function checkout() {
     if (res.ok && Array.isArray(body?.lines)) {
       cart.clear();
       short.clear();
-      cartKey = null;
+      cartKey = holdKey = null;
       showOrder(body, 'Order');
       message = `Order ${body.order_id} placed: ${describe(body.lines)}.`;
       target = $('order-heading');
@@ -262,21 +267,32 @@ async function placeHold() {
   setBusy(true);
   let message;
   let target = $('status');
+  const ttl = $('hold-ttl').value;
+  if (holdKey?.ttl !== ttl) holdKey = { key: idempotencyKey(), ttl };
   try {
-    const { res, body } = await call('POST', '/api/holds', { ...cartBody(), ttl: $('hold-ttl').value });
-    if (res.ok && body?.id) {
+    const { res, body } = await call('POST', '/api/holds', { ...cartBody(), ttl }, { 'Idempotency-Key': holdKey.key });
+    if (res.ok && body?.id && body.status !== 'active') {
+      // The hold placed under this key before its answer was lost has ended since (it ran
+      // out while the shop could not be reached): the cart stays, and a new key holds it anew.
+      holdKey = null;
+      message = `Hold ${body.id}, placed before the shop could answer, is ${body.status} now. Hold the cart again to set it aside.`;
+      target = $('hold');
+    } else if (res.ok && body?.id) {
       cart.clear();
       short.clear();
+      cartKey = holdKey = null;
       showHold(body, res);
       message = `Hold ${body.id} placed: ${describe(body.lines)} set aside for you. Confirm it before the time runs out.`;
       target = $('confirm');
     } else {
+      if (res.status < 500) holdKey = null; // refused: nothing was set aside under the key
       message = `Not held: ${cartRefusal(body)}`;
       short = shortOf(body);
       target = $('cart-heading');
     }
   } catch {
-    message = `Not held: ${unreachable}`;
+    message = 'Not known to be held: the shop cannot be reached (is the server running?). ' +
+      'Hold again once it is back: if this cart was held, that hold is shown, never set aside twice.';
   }
   await finish(message, target);
 }
