@@ -24,6 +24,7 @@ type Event struct {
 	PID       int     `json:"pid"` // the process (instance) it happened in
 	Kind      string  `json:"kind"`
 	Item      int64   `json:"item,omitempty"`
+	Lock      string  `json:"lock,omitempty"` // a pitfall lock's strategy (its own lock); "": the item's real lock
 	Token     int64   `json:"token,omitempty"`
 	Seen      int64   `json:"seen,omitempty"` // fence_refused: the token the database had seen
 	LeaseMS   float64 `json:"lease_ms,omitempty"`
@@ -45,6 +46,9 @@ const (
 	EventRenewed  = "renew"
 	EventReleased = "release"
 	EventLost     = "lost"
+	// EventCrash: the crash fault's setnx-expire holder died between SETNX and EXPIRE; its
+	// key stays, without a TTL (Lock names the pitfall lock).
+	EventCrash = "crash"
 )
 
 // Events is what the storefront feeds it with.

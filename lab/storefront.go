@@ -20,7 +20,7 @@ type StorefrontConfig struct {
 	// stall fault's lock client, use it.
 	Redis redis.UniversalClient
 	// Lease and LockWait are the storefront's item lock lease and lock wait (the pitfall
-	// locks take the lease as their fixed lease).
+	// locks take PitfallLease(Lease) as their fixed lease, and the lock wait).
 	Lease, LockWait time.Duration
 	// StallFor is how long the stall fault stops a purchase before its write: longer than
 	// Lease, so that the stalled holder's lease runs out.
@@ -66,7 +66,7 @@ func (s *Storefront) LockHooks() locking.Hooks { return inventory.ObserverHooks(
 // stopped its watchdog too.
 func (s *Storefront) Inventory(icfg *inventory.Config, lockOpts *locking.Options) {
 	icfg.Observer = s.events
-	icfg.Extra = append(icfg.Extra, demoStrategies(s.cfg)...)
+	icfg.Extra = append(icfg.Extra, demoStrategies(s.cfg, s.events)...)
 	opts := *lockOpts
 	opts.DisableWatchdog = true
 	s.stall = locking.New(s.cfg.Redis, &opts)
