@@ -65,7 +65,9 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	lc := locking.New(rdb, lockOpts)
 	t.Cleanup(func() { _ = lc.Close() })
 	icfg := inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Default: inventory.StrategyLockGuard}
-	sf.Inventory(&icfg, lockOpts)
+	stallOpts := *lockOpts // the stall fault's client: hooks of its own, as the command wires it
+	stallOpts.Hooks = locking.JoinHooks(sf.LockHooks(), held.Hooks(inventory.LockKeyPrefix))
+	sf.Inventory(&icfg, &stallOpts)
 	svc, err := inventory.NewService(icfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Close() })

@@ -56,8 +56,10 @@ func NewStorefront(ctx context.Context, cfg StorefrontConfig) *Storefront {
 func (s *Storefront) Events() *Events { return s.events }
 
 // LockHooks returns the hooks that feed the item locks' events to the hub: add them to every
-// lock client of the item locks (locking.JoinHooks).
-func (s *Storefront) LockHooks() locking.Hooks { return inventory.ObserverHooks(s.events) }
+// lock client of the item locks (locking.JoinHooks), calling LockHooks once for each client
+// (the Options given to Inventory included): each call's hooks keep their own client's tokens
+// (Events.Scope), so that a release is told with its own token.
+func (s *Storefront) LockHooks() locking.Hooks { return inventory.ObserverHooks(s.events.Scope()) }
 
 // Inventory adds the lab to the inventory service's configuration: the hub as its observer
 // and the demo strategies (their rows after the built-in ones). It also makes the stall
