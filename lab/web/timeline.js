@@ -80,9 +80,14 @@ export function model(events, from, T, leaseMS, pauses = []) {
         if (s) { s.to = ev.t; s.open = false; }
         break;
       }
-      case 'wait': waits.push({ inst: ev.inst, item: ev.item, from: ev.t, to: null }); break;
+      case 'wait': {
+        const wl = lockOf(ev.strategy);
+        if (wl !== null) waits.push({ inst: ev.inst, item: ev.item, lock: wl, from: ev.t, to: null });
+        break;
+      }
       case 'wait_end': {
-        const w = waits.find((x) => x.to === null && x.inst === ev.inst && x.item === ev.item);
+        const wl = lockOf(ev.strategy);
+        const w = waits.find((x) => x.to === null && x.inst === ev.inst && x.item === ev.item && x.lock === wl);
         if (w) { w.to = ev.t; w.failed = Boolean(ev.message); }
         break;
       }
@@ -95,6 +100,14 @@ export function model(events, from, T, leaseMS, pauses = []) {
     for (const s of stalls) if (s.inst === h.inst && s.item === h.item && s.from >= h.start && s.from <= h.stop) s.hold = h;
   }
   for (const s of stalls) s.to = Math.min(s.to, T);
+  // A hold whose loss its holder learned is never told released (the release finds it lost):
+  // its work ends with its last write or its stall, once no stall of it is still running.
+  for (const h of holds) {
+    if (h.end !== null || h.lostAt === null) continue;
+    const own = stalls.filter((st) => st.hold === h);
+    if (own.some((st) => st.open)) continue;
+    h.stop = Math.max(h.lostAt, ...h.writes.map((w) => w.t), ...own.map((st) => st.to));
+  }
   for (const w of waits) w.stop = w.to ?? T;
   return { from, T, holds, stalls, waits, writes, pauses: pauses.filter((p) => p.from <= T),
     overlaps: overlaps(holds), crossed: crossed(holds, waits) };
@@ -103,7 +116,9 @@ export function model(events, from, T, leaseMS, pauses = []) {
 // overlaps finds, for every hold A still working past its lease's end, each later holder B of
 // the same lock of the same item holding it meanwhile: [max(A's lease end, B's start),
 // min(A's stop, B's stop)]. Lease ends are drawn from stamps taken after Redis answered, so
-// they are late by up to a round trip: an overlap may be drawn short, never invented.
+// they are late by up to a round trip: an overlap may be drawn short, never invented; one
+// shorter than minOverlap (a release stamped just after the next acquire) is not counted.
+const minOverlap = 10;
 function overlaps(holds) {
   const out = [];
   for (const a of holds) {
@@ -111,7 +126,7 @@ function overlaps(holds) {
     for (const b of holds) {
       if (b === a || b.crash || b.item !== a.item || b.lock !== a.lock || b.start < a.start) continue;
       const from = Math.max(a.leaseEnd, b.start); const to = Math.min(a.stop, b.stop);
-      if (to - from > 1) out.push({ a, b, from, to });
+      if (to - from >= minOverlap) out.push({ a, b, from, to });
     }
   }
   return out.sort((x, y) => x.from - y.from);
@@ -125,9 +140,9 @@ function crossed(holds, waits) {
   for (let i = 0; i < waits.length; i++) {
     for (let j = i + 1; j < waits.length; j++) {
       const p = waits[i]; const q = waits[j];
-      if (p.item === q.item) continue;
+      if (p.item === q.item || p.lock || q.lock) continue;
       const from = Math.max(p.from, q.from); const to = Math.min(p.stop, q.stop);
-      if (to - from <= 1) continue;
+      if (to - from < minOverlap) continue;
       const hp = holding(p.inst, q.item, from); const hq = holding(q.inst, p.item, from);
       if (hp && hq && hp !== hq) out.push({ p, q, hp, hq, from, to });
     }
@@ -136,8 +151,23 @@ function crossed(holds, waits) {
 }
 
 // sentences says in words what the timeline shows that matters: the overlaps, the writes
-// refused by the fence or accepted late, the crashed holders, the crossed carts.
+// refused by the fence or accepted late, the crashed holders, the crossed carts; past
+// perKind sentences of one kind, one more sentence counts the rest.
+const perKind = 5;
 export function sentences(m) {
+  const all = said(m); const out = []; const n = {};
+  for (const s of all) {
+    n[s.kind] = (n[s.kind] || 0) + 1;
+    if (n[s.kind] <= perKind) out.push(s);
+  }
+  const words = { overlap: 'overlaps', refused: 'refused writes', late: 'late writes', crash: 'crashed holders', crossed: 'crossed carts' };
+  for (const [kind, k] of Object.entries(n)) {
+    if (k > perKind) out.push({ kind: `${kind}-more`, text: `and ${k - perKind} more ${words[kind]} (${k} in all)` });
+  }
+  return out;
+}
+
+function said(m) {
   const out = [];
   for (const o of m.overlaps) {
     out.push({ kind: 'overlap', text: `i${o.a.inst} still working, i${o.b.inst} holding item ${o.a.item}, for ${secs(o.to - o.from)}` +
@@ -184,9 +214,20 @@ function rowsOf(m) {
     r.lanes[lane].push(h); h.lane = lane;
   }
   for (const s of m.stalls) row(s.inst, s.item, s.hold ? s.hold.lock : '').stalls.push(s);
-  for (const w of m.waits) row(w.inst, w.item, '').waits.push(w);
+  for (const w of m.waits) row(w.inst, w.item, w.lock).waits.push(w);
   return [...rows.values()].map((r) => ({ ...r, lanes: Math.max(1, r.lanes.length) }))
     .sort((a, b) => a.item - b.item || a.lock.localeCompare(b.lock) || a.inst - b.inst);
+}
+
+// union merges the intervals {from, stop} into disjoint [from, to] pairs.
+function union(list) {
+  const out = [];
+  for (const w of [...list].sort((a, b) => a.from - b.from)) {
+    const last = out[out.length - 1];
+    if (last && w.from <= last[1]) last[1] = Math.max(last[1], w.stop);
+    else out.push([w.from, w.stop]);
+  }
+  return out;
 }
 
 // draw renders m into box (the scrolling area), labels (the fixed column of row names) and
@@ -223,9 +264,10 @@ export function draw(m, to, { box, labels, summary }) {
       svg.append(titled(el('rect', { x: px, y: r.y, width: pw, height: r.lanes * laneH, class: 'tl-pause' }), `i${r.inst} stopped by SIGSTOP`));
       svg.append(el('text', { x: px + 3, y: r.y + r.lanes * laneH - 3, class: 'tl-note' }, 'SIGSTOP'));
     }
-    for (const w of r.waits) {
-      const wy = r.y + laneH - 4;
-      svg.append(titled(el('line', { x1: x(w.from), x2: x(w.stop), y1: wy, y2: wy, class: 'tl-wait' }), `i${r.inst} waits for item ${r.item}'s lock`));
+    const wy = r.y + r.lanes * laneH - 2;
+    for (const [wf, wt] of union(r.waits)) {
+      svg.append(titled(el('line', { x1: x(wf), x2: x(wt), y1: wy, y2: wy, class: `tl-wait i${r.inst % 6}` }), `i${r.inst}: buyers wait for item ${r.item}'s ${lockWords(r.lock)}`));
+      if (x(wt) - x(wf) > 60) svg.append(el('text', { x: x(wf) + 2, y: wy - 3, class: 'tl-note tl-wait-text' }, 'waiting'));
     }
   }
   for (const h of m.holds) {
