@@ -131,6 +131,9 @@ func TestLabInBrowserTimeline(t *testing.T) {
 	assert.Positive(t, count(t, ctx, fmt.Sprintf(`g.tl-hold[data-token="%d"] .tl-write.refused[data-write="refused"]`, late)),
 		"the refused mark is on the late holder's bar")
 	assert.Greater(t, next, late)
+	if *update { // README's picture of the lab: Kleppmann's, the pause, the second holder, the fence
+		sectionShot(t, ctx, "../docs/lab-timeline.png")
+	}
 
 	// fixed-lease with the form's defaults: work outlives the pitfall lock's fixed lease.
 	defaults, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`['buyers', 'work'].map((id) => document.getElementById(id).defaultValue)`))
@@ -143,9 +146,7 @@ func TestLabInBrowserTimeline(t *testing.T) {
 	_, _, lock = overlapsOn(t, ctx, items[2])
 	assert.Equal(t, "fixed-lease lock: ", lock)
 	if *update {
-		png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(`section.timeline`)))
-		require.NoError(t, err)
-		writeShot(t, "../docs/lab-timeline.png", png)
+		sectionShot(t, ctx, "../docs/lab-timeline-fixed-lease.png")
 	}
 
 	// A phone: the page fits, the timeline's axis scrolls inside its box.
@@ -158,4 +159,12 @@ func TestLabInBrowserTimeline(t *testing.T) {
 	assert.LessOrEqual(t, widths[0], widths[1], "no sideways page scroll at 390 px: %v", widths)
 	assert.Greater(t, widths[2], widths[3], "the axis scrolls inside its box: %v", widths)
 	assert.NotEmpty(t, said(t, ctx, "overlap"), "the words are there on a phone too")
+}
+
+// sectionShot writes a screenshot of the timeline's section to path.
+func sectionShot(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(`section.timeline`)))
+	require.NoError(t, err)
+	writeShot(t, path, png)
 }

@@ -188,7 +188,7 @@ function said(m) {
 }
 
 // ---- drawing ------------------------------------------------------------------------------
-const laneH = 34; const axisH = 24; const barY = 8; const barH = 14;
+const laneH = 44; const axisH = 24; const barY = 13; const barH = 14; const rowGap = 8; const rightPad = 84;
 
 function el(name, attrs = {}, text) {
   const e = document.createElementNS(NS, name);
@@ -235,10 +235,10 @@ function union(list) {
 export function draw(m, to, { box, labels, summary }) {
   const rows = rowsOf(m);
   const span = Math.max(1, to - m.from);
-  const width = Math.max(box.clientWidth - 2, Math.round((span / 1000) * 90));
-  const x = (t) => ((t - m.from) / span) * width;
+  const width = Math.max(box.clientWidth - 2, Math.round((span / 1000) * 90) + rightPad);
+  const x = (t) => ((t - m.from) / span) * (width - rightPad); // room on the right for the last words
   let y = axisH;
-  for (const r of rows) { r.y = y; y += r.lanes * laneH + 6; }
+  for (const r of rows) { r.y = y; y += r.lanes * laneH + rowGap; }
   const height = Math.max(y, axisH + laneH);
   const svg = el('svg', { width, height, viewBox: `0 0 ${width} ${height}`, 'aria-hidden': 'true', class: 'tl-svg' });
   const defs = el('defs');
@@ -256,18 +256,18 @@ export function draw(m, to, { box, labels, summary }) {
   }
   const labelRows = [];
   for (const r of rows) {
-    labelRows.push(`<div class="tl-label i${r.inst % 6}" style="height:${r.lanes * laneH + 6}px"><span class="inst">i${r.inst}</span> item ${r.item}` +
+    labelRows.push(`<div class="tl-label i${r.inst % 6}" style="height:${r.lanes * laneH + rowGap}px"><span class="inst">i${r.inst}</span> item ${r.item}` +
       `${r.lock ? `<br><small>${r.lock}</small>` : ''}</div>`);
-    svg.append(el('line', { x1: 0, x2: width, y1: r.y + r.lanes * laneH + 3, y2: r.y + r.lanes * laneH + 3, class: 'tl-sep' }));
+    svg.append(el('line', { x1: 0, x2: width, y1: r.y + r.lanes * laneH + rowGap / 2, y2: r.y + r.lanes * laneH + rowGap / 2, class: 'tl-sep' }));
     for (const p of m.pauses.filter((q) => q.inst === r.inst)) {
       const px = x(p.from); const pw = Math.max(2, x(Math.min(p.to, m.T)) - px);
       svg.append(titled(el('rect', { x: px, y: r.y, width: pw, height: r.lanes * laneH, class: 'tl-pause' }), `i${r.inst} stopped by SIGSTOP`));
       svg.append(el('text', { x: px + 3, y: r.y + r.lanes * laneH - 3, class: 'tl-note' }, 'SIGSTOP'));
     }
-    const wy = r.y + r.lanes * laneH - 2;
+    const wy = r.y + r.lanes * laneH + 1;
     for (const [wf, wt] of union(r.waits)) {
       svg.append(titled(el('line', { x1: x(wf), x2: x(wt), y1: wy, y2: wy, class: `tl-wait i${r.inst % 6}` }), `i${r.inst}: buyers wait for item ${r.item}'s ${lockWords(r.lock)}`));
-      if (x(wt) - x(wf) > 60) svg.append(el('text', { x: x(wf) + 2, y: wy - 3, class: 'tl-note tl-wait-text' }, 'waiting'));
+      if (x(wt) - x(wf) > 60 && !r.lock) svg.append(el('text', { x: x(wf) + 2, y: wy - 3, class: 'tl-note tl-wait-text' }, 'waiting'));
     }
   }
   for (const h of m.holds) {
@@ -287,17 +287,17 @@ export function draw(m, to, { box, labels, summary }) {
     if (h.stop > h.leaseEnd) {
       g.append(titled(el('rect', { x: solidTo, y: by, width: Math.max(1, x1 - solidTo), height: barH, fill: `url(#hatch${c})`, class: 'tl-past' }),
         'still working, lock gone'));
-      if (x1 - solidTo > 130) g.append(el('text', { x: solidTo + 4, y: by + barH + 10, class: 'tl-note' }, 'still working, lock gone'));
+      if (x1 - solidTo > 260) g.append(el('text', { x: (solidTo + x1) / 2, y: by + barH + 15, class: 'tl-note tl-middle' }, 'still working, lock gone'));
     }
     if (h.leaseEnd <= m.T && h.leaseEnd < h.stop) {
       g.append(titled(el('line', { x1: solidTo, x2: solidTo, y1: by - 5, y2: by + barH + 5, class: 'tl-lease-end' }), `token ${h.token}: lease ends`));
-      if (x1 - solidTo > 56) g.append(el('text', { x: solidTo + 3, y: by - 1, class: 'tl-note' }, 'lease ends'));
+      if (x1 - solidTo > 56) g.append(el('text', { x: solidTo + 3, y: by - 3, class: 'tl-note' }, 'lease ends'));
     }
     for (const t of h.renewals) g.append(titled(el('line', { x1: x(t), x2: x(t), y1: by - 4, y2: by + 2, class: 'tl-renew' }), 'renewed'));
     if (h.lostAt !== null) {
       const lx = x(h.lostAt);
       g.append(titled(el('path', { d: `M${lx - 4} ${by - 1} l8 8 m0 -8 l-8 8`, class: 'tl-lost' }), `token ${h.token}: the holder learned of the loss`));
-      g.append(el('text', { x: lx + 5, y: by + barH + 10, class: 'tl-lost-text' }, 'lost'));
+      g.append(el('text', { x: lx - 8, y: by + barH + 15, class: 'tl-lost-text' }, 'lost'));
     }
     const label = solidTo - x0 > 62 ? `token ${h.token}` : String(h.token);
     g.append(el('text', { x: x0 + 3, y: by + barH - 3, class: 'tl-token' }, label));
@@ -307,7 +307,8 @@ export function draw(m, to, { box, labels, summary }) {
       const words = w.ok ? (late ? 'accepted late' : 'accepted') : 'refused';
       const mark = el('g', { class: cls, 'data-write': words });
       mark.append(titled(el('rect', { x: wx - 4, y: by + 3, width: 8, height: 8, transform: `rotate(45 ${wx} ${by + 7})` }), `write ${words}, token ${w.token}`));
-      mark.append(el('text', { x: wx + 6, y: by - 1, class: 'tl-write-text' }, words));
+      const onLeft = w.t > h.leaseEnd; // over the hatched part, clear of the next holder's words
+      mark.append(el('text', { x: onLeft ? wx - 6 : wx + 6, y: by - 3, class: `tl-write-text${onLeft ? ' tl-end' : ''}` }, words));
       g.append(mark);
     }
     svg.append(g);
@@ -316,12 +317,12 @@ export function draw(m, to, { box, labels, summary }) {
     const r = rows.find((q) => q.inst === s.inst && q.item === s.item && q.lock === (s.hold ? s.hold.lock : ''));
     const sy = r.y + (s.hold ? s.hold.lane : 0) * laneH + barY + barH + 2;
     svg.append(titled(el('rect', { x: x(s.from), y: sy, width: Math.max(2, x(s.to) - x(s.from)), height: 5, class: 'tl-stall' }), `i${s.inst} stalled`));
-    svg.append(el('text', { x: x(s.from) + 3, y: sy + 14, class: 'tl-note' }, 'stall'));
+    svg.append(el('text', { x: x(s.from) + 3, y: sy + 13, class: 'tl-note' }, 'stall'));
   }
   for (const o of m.overlaps) {
     for (const h of [o.a, o.b]) {
       const r = rows.find((q) => q.inst === h.inst && q.item === h.item && q.lock === h.lock);
-      svg.append(titled(el('rect', { x: x(o.from), y: r.y + h.lane * laneH + 2, width: Math.max(2, x(o.to) - x(o.from)), height: laneH - 4, class: 'tl-overlap' }),
+      svg.append(titled(el('rect', { x: x(o.from), y: r.y + h.lane * laneH + barY - 3, width: Math.max(2, x(o.to) - x(o.from)), height: barH + 6, class: 'tl-overlap' }),
         `i${o.a.inst} still working, i${o.b.inst} holding item ${o.a.item}, for ${secs(o.to - o.from)}`));
     }
   }
