@@ -140,6 +140,12 @@ func TestLabInBrowser(t *testing.T) {
 	assert.Regexp(t, `^BLOCKED`, verdict)
 	assert.Contains(t, verdict, "sold 0 ")
 	assert.Contains(t, verdict, "lock_timeout 2")
+	crossed := said(t, ctx, "crossed")
+	require.NotEmpty(t, crossed, "the timeline names the crossed carts")
+	assert.Regexp(t, `^crossed carts: i\d holds item \d+ and waits for item \d+, i\d holds item \d+ and waits for item \d+, for [\d.]+ s`, crossed[0])
+	if *update {
+		sectionShot(t, ctx, "../docs/lab-timeline-carts.png")
+	}
 	verdict, err = cartForm(ctx, 2, "cart-order lock+guard")
 	require.NoError(t, err)
 	assert.Regexp(t, `^SAFE`, verdict)
@@ -153,9 +159,6 @@ func TestLabInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	assert.Regexp(t, `^SAFE`, verdict)
 	assert.Contains(t, verdict, "insufficient_stock 1")
-	if *update {
-		shot(t, ctx, "../docs/lab-carts.png")
-	}
 
 	// A phone, after the runs: no sideways scroll (the cart select and the fault labels wrap).
 	require.NoError(t, chromedp.Do(ctx,
@@ -166,9 +169,6 @@ func TestLabInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	assert.LessOrEqual(t, widths[0], widths[1], "scrollWidth <= clientWidth at 390 px")
 	assert.Equal(t, "none", tokenFieldDisplay(t, ctx))
-	if *update {
-		shot(t, ctx, "../docs/lab-phone.png")
-	}
 }
 
 // tokenFieldDisplay returns the computed display of the admin token field (what a person

@@ -149,6 +149,17 @@ func TestLabInBrowserTimeline(t *testing.T) {
 		sectionShot(t, ctx, "../docs/lab-timeline-fixed-lease.png")
 	}
 
+	// del-release: the late holder's plain DEL deletes the next holder's key, and a third
+	// buyer holds the lock beside the second.
+	verdict, err = labForm(ctx, 4, "del-release", 6, 700, items[0], "") // 700 ms: A releases mid-way through B's lease
+	require.NoError(t, err)
+	assert.NotRegexp(t, `^SAFE`, verdict)
+	deleted := false
+	for _, sentence := range said(t, ctx, "overlap") {
+		deleted = deleted || regexp.MustCompile(`^i\d holding, i\d holding item \d+ too, for [\d.]+ s \(del-release lock: i\d's release of token \d+, past its lease, deleted token \d+'s key`).MatchString(sentence)
+	}
+	assert.True(t, deleted, "a DEL past the lease let a third holder in beside the second: %q", saidNow(t, ctx, "overlap"))
+
 	// A phone: the page fits, the timeline's axis scrolls inside its box.
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
 	require.NoError(t, chromedp.Do(ctx, browsertest.Void(chromedp.Poll[bool](

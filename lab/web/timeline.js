@@ -113,20 +113,31 @@ export function model(events, from, T, leaseMS, pauses = []) {
     overlaps: overlaps(holds), crossed: crossed(holds, waits) };
 }
 
-// overlaps finds, for every hold A still working past its lease's end, each later holder B of
-// the same lock of the same item holding it meanwhile: [max(A's lease end, B's start),
-// min(A's stop, B's stop)]. Lease ends are drawn from stamps taken after Redis answered, so
-// they are late by up to a round trip: an overlap may be drawn short, never invented; one
-// shorter than minOverlap (a release stamped just after the next acquire) is not counted.
-const minOverlap = 10;
+// overlaps finds the spans where two holds of one lock of one item run at once. Mostly a hold
+// A still working past its lease's end while a later holder B holds the lock: [max(A's lease
+// end, B's start), min(A's stop, B's stop)] (kind past). Else B took a lock whose key someone
+// deleted while A's lease still ran (del-release's plain DEL): [B's start, min(A's stop, B's
+// stop)] (kind both), with the release that deleted it, if one is seen. Lease ends are drawn
+// from stamps taken after Redis answered, so they are late by up to a round trip: an overlap
+// may be drawn short, never invented; one shorter than minOverlap (a release stamped just after
+// the next acquire) is not counted, and a lease end drawn up to stampSlack after the next
+// acquisition is taken for what let it in.
+const minOverlap = 10; const stampSlack = 50;
 function overlaps(holds) {
   const out = [];
   for (const a of holds) {
-    if (a.crash || a.leaseEnd >= a.stop) continue;
+    if (a.crash) continue;
     for (const b of holds) {
-      if (b === a || b.crash || b.item !== a.item || b.lock !== a.lock || b.start < a.start) continue;
-      const from = Math.max(a.leaseEnd, b.start); const to = Math.min(a.stop, b.stop);
-      if (to - from >= minOverlap) out.push({ a, b, from, to });
+      if (b === a || b.crash || b.item !== a.item || b.lock !== a.lock || b.start < a.start || (b.start === a.start && b.token < a.token)) continue;
+      const past = b.start >= a.leaseEnd - stampSlack;
+      const from = b.start; const to = Math.min(a.stop, b.stop);
+      if (to - from < minOverlap) continue;
+      const o = { a, b, from, to, kind: past ? 'past' : 'both' };
+      if (!past) { // whose release deleted the key: a hold past its lease, released just before b took it
+        o.deleter = holds.find((c) => c !== a && c !== b && c.item === a.item && c.lock === a.lock && c.end !== null &&
+          c.end > c.leaseEnd && c.end <= b.start && c.end >= a.start);
+      }
+      out.push(o);
     }
   }
   return out.sort((x, y) => x.from - y.from);
@@ -170,8 +181,15 @@ export function sentences(m) {
 function said(m) {
   const out = [];
   for (const o of m.overlaps) {
-    out.push({ kind: 'overlap', text: `i${o.a.inst} still working, i${o.b.inst} holding item ${o.a.item}, for ${secs(o.to - o.from)}` +
-      ` (${lockWords(o.a.lock)}: token ${o.a.token}'s lease ended at +${secs(o.a.leaseEnd - m.from)}, token ${o.b.token} took it at +${secs(o.b.start - m.from)})` });
+    if (o.kind === 'past') {
+      out.push({ kind: 'overlap', text: `i${o.a.inst} still working, i${o.b.inst} holding item ${o.a.item}, for ${secs(o.to - o.from)}` +
+        ` (${lockWords(o.a.lock)}: token ${o.a.token}'s lease ended at +${secs(o.a.leaseEnd - m.from)}, token ${o.b.token} took it at +${secs(o.b.start - m.from)})` });
+      continue;
+    }
+    const why = o.deleter ? `i${o.deleter.inst}'s release of token ${o.deleter.token}, past its lease, deleted token ${o.a.token}'s key at +${secs(o.deleter.end - m.from)}` :
+      `token ${o.a.token}'s key was gone before its lease ended`;
+    out.push({ kind: 'overlap', text: `i${o.a.inst} holding, i${o.b.inst} holding item ${o.a.item} too, for ${secs(o.to - o.from)}` +
+      ` (${lockWords(o.a.lock)}: ${why}; token ${o.b.token} took it at +${secs(o.b.start - m.from)})` });
   }
   for (const w of m.writes) {
     if (!w.ok) out.push({ kind: 'refused', text: `i${w.inst}'s write with token ${w.token} on item ${w.item} refused by the fence (the database had seen token ${w.seen}): nothing written` });
@@ -267,7 +285,7 @@ export function draw(m, to, { box, labels, summary }) {
     const wy = r.y + r.lanes * laneH + 1;
     for (const [wf, wt] of union(r.waits)) {
       svg.append(titled(el('line', { x1: x(wf), x2: x(wt), y1: wy, y2: wy, class: `tl-wait i${r.inst % 6}` }), `i${r.inst}: buyers wait for item ${r.item}'s ${lockWords(r.lock)}`));
-      if (x(wt) - x(wf) > 60 && !r.lock) svg.append(el('text', { x: x(wf) + 2, y: wy - 3, class: 'tl-note tl-wait-text' }, 'waiting'));
+      if (x(wt) - x(wf) > 60 && !r.lock && !r.stalls.length) svg.append(el('text', { x: x(wf) + 2, y: wy - 3, class: 'tl-note tl-wait-text' }, 'waiting'));
     }
   }
   for (const h of m.holds) {
@@ -299,6 +317,9 @@ export function draw(m, to, { box, labels, summary }) {
       g.append(titled(el('path', { d: `M${lx - 4} ${by - 1} l8 8 m0 -8 l-8 8`, class: 'tl-lost' }), `token ${h.token}: the holder learned of the loss`));
       g.append(el('text', { x: lx - 8, y: by + barH + 15, class: 'tl-lost-text' }, 'lost'));
     }
+    if (h.lock === 'del-release' && h.end !== null && h.end > h.leaseEnd) {
+      g.append(titled(el('text', { x: x1 + 3, y: by + barH - 3, class: 'tl-lost-text' }, 'DEL'), `token ${h.token}'s release: a plain DEL, whoever's key it was`));
+    }
     const label = solidTo - x0 > 62 ? `token ${h.token}` : String(h.token);
     g.append(el('text', { x: x0 + 3, y: by + barH - 3, class: 'tl-token' }, label));
     for (const w of h.writes) {
@@ -320,10 +341,11 @@ export function draw(m, to, { box, labels, summary }) {
     svg.append(el('text', { x: x(s.from) + 3, y: sy + 13, class: 'tl-note' }, 'stall'));
   }
   for (const o of m.overlaps) {
+    const what = o.kind === 'past' ? `i${o.a.inst} still working, i${o.b.inst} holding item ${o.a.item}` : `i${o.a.inst} and i${o.b.inst} both holding item ${o.a.item}`;
     for (const h of [o.a, o.b]) {
       const r = rows.find((q) => q.inst === h.inst && q.item === h.item && q.lock === h.lock);
       svg.append(titled(el('rect', { x: x(o.from), y: r.y + h.lane * laneH + barY - 3, width: Math.max(2, x(o.to) - x(o.from)), height: barH + 6, class: 'tl-overlap' }),
-        `i${o.a.inst} still working, i${o.b.inst} holding item ${o.a.item}, for ${secs(o.to - o.from)}`));
+        `${what}, for ${secs(o.to - o.from)}`));
     }
   }
   svg.append(el('line', { x1: x(m.T), x2: x(m.T), y1: 0, y2: height, class: 'tl-cursor' }));
