@@ -179,3 +179,123 @@ func sectionShot(t *testing.T, ctx context.Context, path string) {
 	require.NoError(t, err)
 	writeShot(t, path, png)
 }
+
+// timelineCase is the answer of the page's timeline.js on the synthetic history of
+// TestTimelineModelInBrowser.
+type timelineCase struct {
+	Overlaps []struct {
+		Kind     string  `json:"kind"`
+		A        int64   `json:"a"`
+		B        int64   `json:"b"`
+		From     float64 `json:"from"`
+		To       float64 `json:"to"`
+		Deleter  int64   `json:"deleter"`
+		Lock     string  `json:"lock"`
+		ItemID   int64   `json:"item"`
+		Instance int     `json:"inst"`
+	} `json:"overlaps"`
+	Said    []string `json:"said"`
+	Stops   map[string]float64
+	Crossed int   `json:"crossed"`
+	Marks   []int `json:"marks"` // drawn: pause spans, refused writes, late writes, stalls
+}
+
+// The timeline's arithmetic on a written history (no run, no timing): the overlaps of a
+// stalled holder with the two holders after it, a refused late write on its bar, a loss
+// learned before the lease ran out (its bar ends at its last write), del-release's DEL letting
+// a third holder in beside the second, a handover stamped 4 ms out of order not counted, the
+// crossed carts, a SIGSTOP span; and the same history cut at the replay's instant.
+func TestTimelineModelInBrowser(t *testing.T) {
+	e := newEnv(t, envOptions{lease: 2 * time.Second, lockWait: 2 * time.Second})
+	ctx := browsertest.Start(t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`))))
+	run := func(T float64) timelineCase {
+		t.Helper()
+		js := fmt.Sprintf(`import('/static/timeline.js').then((tl) => {
+			const ev = (t, inst, kind, more = {}) => ({ t, inst, kind, ...more });
+			const events = [
+				ev(1000, 0, 'acquire', { item: 1, token: 1, lease_ms: 2000 }),
+				ev(1000, 0, 'acquire', { item: 2, token: 1, lease_ms: 500, lock: 'del-release' }),
+				ev(1000, 0, 'acquire', { item: 3, token: 1, lease_ms: 500 }),
+				ev(1000, 0, 'acquire', { item: 4, token: 1, lease_ms: 2000 }),
+				ev(1000, 1, 'acquire', { item: 5, token: 1, lease_ms: 2000 }),
+				ev(1100, 0, 'wait', { item: 5, strategy: 'request-order' }),
+				ev(1100, 1, 'wait', { item: 4, strategy: 'request-order' }),
+				ev(1300, 0, 'stall', { item: 1, stall_ms: 6000, strategy: 'lock+guard' }),
+				ev(1500, 1, 'acquire', { item: 2, token: 2, lease_ms: 500, lock: 'del-release' }),
+				ev(1500, 1, 'acquire', { item: 3, token: 2, lease_ms: 500 }),
+				ev(1504, 0, 'release', { item: 3, token: 1 }),
+				ev(1600, 1, 'release', { item: 3, token: 2 }),
+				ev(1700, 0, 'release', { item: 2, token: 1, lock: 'del-release' }),
+				ev(1705, 2, 'acquire', { item: 2, token: 3, lease_ms: 500, lock: 'del-release' }),
+				ev(2200, 1, 'release', { item: 2, token: 2, lock: 'del-release' }),
+				ev(2405, 2, 'release', { item: 2, token: 3, lock: 'del-release' }),
+				ev(2900, 0, 'lost', { item: 1, token: 1 }),
+				ev(3010, 1, 'acquire', { item: 1, token: 2, lease_ms: 2000 }),
+				ev(3100, 0, 'wait_end', { item: 5, strategy: 'request-order', message: 'lock wait over' }),
+				ev(3100, 1, 'wait_end', { item: 4, strategy: 'request-order', message: 'lock wait over' }),
+				ev(3110, 0, 'release', { item: 4, token: 1 }),
+				ev(3110, 1, 'release', { item: 5, token: 1 }),
+				ev(3300, 1, 'order', { item: 1, token: 2, strategy: 'lock+guard' }),
+				ev(3310, 1, 'release', { item: 1, token: 2 }),
+				ev(3312, 2, 'acquire', { item: 1, token: 3, lease_ms: 2000 }),
+				ev(3590, 2, 'order', { item: 1, token: 3, strategy: 'lock+guard' }),
+				ev(3600, 2, 'release', { item: 1, token: 3 }),
+				ev(7300, 0, 'stall_end', { item: 1, strategy: 'lock+guard' }),
+				ev(7305, 0, 'fence_refused', { item: 1, token: 1, seen: 3, strategy: 'lock+guard' }),
+			];
+			const m = tl.model(events, 1000, %v, 2000, [{ inst: 0, from: 1500, to: 7500 }]);
+			const box = document.getElementById('timeline-box');
+			tl.draw(m, 8000, { box, labels: document.getElementById('timeline-labels'), summary: document.getElementById('timeline-summary') });
+			const n = (css) => box.querySelectorAll(css).length;
+			return {
+				overlaps: m.overlaps.map((o) => ({ kind: o.kind, a: o.a.token, b: o.b.token, from: o.from, to: o.to, deleter: o.deleter ? o.deleter.token : 0,
+					lock: o.a.lock, item: o.a.item, inst: o.a.inst })),
+				said: tl.sentences(m).map((s) => s.text),
+				Stops: Object.fromEntries(m.holds.map((h) => [h.inst + '/' + h.item + '/' + h.token, h.stop])),
+				crossed: m.crossed.length,
+				marks: [n('.tl-pause'), n('.tl-write.refused'), n('.tl-write.late'), n('.tl-stall')],
+			};
+		})`, T)
+		out, err := chromedp.Run(ctx, chromedp.Evaluate[timelineCase](js, chromedp.EvalAwaitPromise))
+		require.NoError(t, err)
+		return out
+	}
+
+	all := run(8000)
+	type span struct {
+		kind     string
+		a, b     int64
+		from, to float64
+		item     int64
+	}
+	var got []span
+	for _, o := range all.Overlaps {
+		got = append(got, span{o.Kind, o.A, o.B, o.From, o.To, o.ItemID})
+	}
+	assert.Equal(t, []span{
+		{"past", 1, 2, 1500, 1700, 2}, // del-release: token 1 past its lease while token 2 holds
+		{"both", 2, 3, 1705, 2200, 2}, // token 1's DEL deleted token 2's key: token 3 beside token 2
+		{"past", 1, 2, 3010, 3310, 1}, // the stalled holder, and the holders after it
+		{"past", 1, 3, 3312, 3600, 1},
+	}, got, "item 3's handover stamped 4 ms out of order is no overlap")
+	assert.EqualValues(t, 1, all.Overlaps[1].Deleter, "the DEL of token 1, past its lease")
+	assert.Equal(t, 7305.0, all.Stops["0/1/1"], "a loss learned: the bar ends at the last write")
+	assert.Equal(t, 1, all.Crossed)
+	assert.Equal(t, []int{5, 1, 0, 1}, all.Marks, "the SIGSTOP span on each of i0's five rows (items 1 to 5), one refused write, no late one, one stall")
+	assert.Contains(t, all.Said, "i0 still working, i1 holding item 1, for 0.30 s (lock: token 1's lease ended at +2.00 s, token 2 took it at +2.01 s)")
+	assert.Contains(t, all.Said, "i0's write with token 1 on item 1 refused by the fence (the database had seen token 3): nothing written")
+	assert.Contains(t, all.Said, "crossed carts: i0 holds item 4 and waits for item 5, i1 holds item 5 and waits for item 4, for 2.00 s")
+
+	// Cut at the replay's instant 3100: token 2 of item 1 is still open (drawn to the
+	// cursor), token 3 has not come yet, the refused write has not happened.
+	cut := run(3100)
+	got = nil
+	for _, o := range cut.Overlaps {
+		if o.ItemID == 1 {
+			got = append(got, span{o.Kind, o.A, o.B, o.From, o.To, o.ItemID})
+		}
+	}
+	assert.Equal(t, []span{{"past", 1, 2, 3010, 3100, 1}}, got)
+	assert.Equal(t, 0, cut.Marks[1], "no refused write yet")
+}
