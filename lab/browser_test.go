@@ -168,6 +168,7 @@ func TestLabInBrowser(t *testing.T) {
 	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth, document.documentElement.clientWidth]`))
 	require.NoError(t, err)
 	assert.LessOrEqual(t, widths[0], widths[1], "scrollWidth <= clientWidth at 390 px")
+	t.Logf("at 390 px after the runs: scrollWidth %v, clientWidth %v", widths[0], widths[1])
 	assert.Equal(t, "none", tokenFieldDisplay(t, ctx))
 }
 

@@ -169,6 +169,7 @@ func TestLabInBrowserTimeline(t *testing.T) {
 	require.NoError(t, err)
 	assert.LessOrEqual(t, widths[0], widths[1], "no sideways page scroll at 390 px: %v", widths)
 	assert.Greater(t, widths[2], widths[3], "the axis scrolls inside its box: %v", widths)
+	t.Logf("at 390 px: page scrollWidth %v clientWidth %v; timeline box scrollWidth %v clientWidth %v", widths[0], widths[1], widths[2], widths[3])
 	assert.NotEmpty(t, said(t, ctx, "overlap"), "the words are there on a phone too")
 }
 
