@@ -160,6 +160,16 @@ func TestLabInBrowserTimeline(t *testing.T) {
 	}
 	assert.True(t, deleted, "a DEL past the lease let a third holder in beside the second: %q", saidNow(t, ctx, "overlap"))
 
+	// SIGSTOP: the supervisor stops the holder's process; the timeline draws the span on its
+	// rows, from the instant the run's answer gives.
+	verdict, err = labForm(ctx, 5, "lock+guard", 6, 300, items[1], "pause")
+	require.NoError(t, err)
+	assert.Regexp(t, `^SAFE`, verdict)
+	stopped, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#timeline-box text')].map((e) => e.textContent).filter((w) => w === 'SIGSTOP')`))
+	require.NoError(t, err)
+	assert.NotEmpty(t, stopped, "the SIGSTOP span is drawn and named")
+	assert.Positive(t, count(t, ctx, `.tl-pause`))
+
 	// A phone: the page fits, the timeline's axis scrolls inside its box.
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile)))
 	require.NoError(t, chromedp.Do(ctx, browsertest.Void(chromedp.Poll[bool](

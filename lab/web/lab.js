@@ -142,6 +142,7 @@ function endWindow(startedMS, endedMS, before) {
   $('scrub').min = run.start; $('scrub').max = run.end; $('scrub').value = run.end;
   $('scrub').disabled = false;
   drawn = '';
+  renderTimeline(); // the whole run at once, before the verdict is shown
 }
 
 // ---- the event log ----------------------------------------------------------------------

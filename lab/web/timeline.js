@@ -280,7 +280,7 @@ export function draw(m, to, { box, labels, summary }) {
     for (const p of m.pauses.filter((q) => q.inst === r.inst)) {
       const px = x(p.from); const pw = Math.max(2, x(Math.min(p.to, m.T)) - px);
       svg.append(titled(el('rect', { x: px, y: r.y, width: pw, height: r.lanes * laneH, class: 'tl-pause' }), `i${r.inst} stopped by SIGSTOP`));
-      svg.append(el('text', { x: px + 3, y: r.y + r.lanes * laneH - 3, class: 'tl-note' }, 'SIGSTOP'));
+      svg.append(el('text', { x: px + pw - 3, y: r.y + 9, class: 'tl-note tl-end' }, 'SIGSTOP'));
     }
     const wy = r.y + r.lanes * laneH + 1;
     for (const [wf, wt] of union(r.waits)) {
@@ -353,10 +353,15 @@ export function draw(m, to, { box, labels, summary }) {
   labels.style.paddingTop = `${axisH}px`;
   labels.innerHTML = labelRows.join('');
   const said = sentences(m);
-  summary.replaceChildren(...(said.length ? said.map((s) => {
-    const li = document.createElement('li');
-    li.className = `tl-said ${s.kind}`; li.dataset.kind = s.kind; li.textContent = s.text;
-    return li;
-  }) : [Object.assign(document.createElement('li'), { textContent: m.holds.length ? 'No two holders of one lock overlapped, and no write was refused.' : 'No lock was taken in this window.' })]));
+  if (!said.length) said.push({ kind: 'none', text: m.holds.length ? 'No two holders of one lock overlapped, and no write was refused.' : 'No lock was taken in this window.' });
+  const text = said.map((s) => s.text).join('\n');
+  if (summary.dataset.text !== text) { // the words change only when what they say does (they are a live region)
+    summary.dataset.text = text;
+    summary.replaceChildren(...said.map((s) => {
+      const li = document.createElement('li');
+      li.className = `tl-said ${s.kind}`; li.dataset.kind = s.kind; li.textContent = s.text;
+      return li;
+    }));
+  }
   return { x, width };
 }
