@@ -67,4 +67,4 @@ lab:
 
 ## screenshots: rewrite the lab screenshots of README (docs/lab-*.png) with the browser test.
 screenshots: deps
-	$(GO) test -count=1 -run TestLabInBrowser -update ./lab
+	$(GO) test -count=1 -run TestLabInBrowser ./lab -update # -update after the package: before it, go test would take ./lab for its value

@@ -57,18 +57,19 @@ func labForm(ctx context.Context, n int, strategy string, buyers, workMS int, it
 	return chromedp.Run(ctx, chromedp.Text(chromedp.ID("verdict")))
 }
 
-// TestLabInBrowser drives the lab in Chromium against `--demo --instances 2` with the demo's
-// lease: naive oversells; lock+guard with the form's defaults is safe, and a lane shows a
-// lease renewed while it runs; with the deterministic stall and the form's defaults the fence
-// refusal shows in the log, every run; the verdict line says "Running" during a run.
-// With -update it rewrites the screenshots of README (docs/lab-*.png).
+// TestLabInBrowser drives the lab in Chromium against `--demo --instances 3` with the demo's
+// lease: naive oversells; lock+guard is safe; with the deterministic stall the fence refusal
+// shows in the log, every run; the verdict line says "Running" during a run. On loopback the
+// admin token field is not shown; at 390 px, after the runs, the page does not scroll
+// sideways. With -update it rewrites the screenshots of README (docs/lab-*.png).
 func TestLabInBrowser(t *testing.T) {
-	s, items := startLab(t, 2)
+	s, items := startLab(t, 3)
 	ctx := browsertest.Start(t)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(s.url+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`)),
 	))
+	assert.Equal(t, "none", tokenFieldDisplay(t, ctx), "on loopback the lab takes no token: its field is not shown")
 
 	verdict, err := labForm(ctx, 1, "naive", 20, 50, items[0], "")
 	require.NoError(t, err)
@@ -139,6 +140,12 @@ func TestLabInBrowser(t *testing.T) {
 	assert.Regexp(t, `^BLOCKED`, verdict)
 	assert.Contains(t, verdict, "sold 0 ")
 	assert.Contains(t, verdict, "lock_timeout 2")
+	crossed := said(t, ctx, "crossed")
+	require.NotEmpty(t, crossed, "the timeline names the crossed carts")
+	assert.Regexp(t, `^crossed carts: i\d holds item \d+ and waits for item \d+, i\d holds item \d+ and waits for item \d+, for [\d.]+ s`, crossed[0])
+	if *update {
+		sectionShot(t, ctx, "../docs/lab-timeline-carts.png")
+	}
 	verdict, err = cartForm(ctx, 2, "cart-order lock+guard")
 	require.NoError(t, err)
 	assert.Regexp(t, `^SAFE`, verdict)
@@ -152,6 +159,41 @@ func TestLabInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	assert.Regexp(t, `^SAFE`, verdict)
 	assert.Contains(t, verdict, "insufficient_stock 1")
+
+	// A phone, after the runs: no sideways scroll (the cart select and the fault labels wrap).
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile),
+		browsertest.Void(chromedp.Poll[bool](`document.documentElement.clientWidth === 390`)),
+	))
+	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth, document.documentElement.clientWidth]`))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, widths[0], widths[1], "scrollWidth <= clientWidth at 390 px")
+	t.Logf("at 390 px after the runs: scrollWidth %v, clientWidth %v", widths[0], widths[1])
+	assert.Equal(t, "none", tokenFieldDisplay(t, ctx))
+}
+
+// tokenFieldDisplay returns the computed display of the admin token field (what a person
+// sees: "none" is not shown).
+func tokenFieldDisplay(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	d, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.getElementById('token-field')).display`))
+	require.NoError(t, err)
+	return d
+}
+
+// A lab that listens beyond loopback (RequireToken) shows the admin token field, and its note.
+func TestLabInBrowserTokenField(t *testing.T) {
+	e := newEnv(t, envOptions{lease: 2 * time.Second, lockWait: 2 * time.Second, requireToken: true})
+	ctx := browsertest.Start(t)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`)),
+	))
+	assert.NotEqual(t, "none", tokenFieldDisplay(t, ctx), "the field is shown when the lab requires the token")
+	visible, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const r = document.getElementById('token').getBoundingClientRect();
+		return r.width > 0 && r.height > 0 && getComputedStyle(document.getElementById('token')).visibility === 'visible'; })()`))
+	require.NoError(t, err)
+	assert.True(t, visible, "the token input has a box a person can see")
 }
 
 // cartForm picks a cart run (the value of the cart select: case and strategy), submits it
@@ -175,6 +217,12 @@ func shot(t *testing.T, ctx context.Context, path string) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
+	writeShot(t, path, png)
+}
+
+// writeShot writes a screenshot to path.
+func writeShot(t *testing.T, path string, png []byte) {
+	t.Helper()
 	require.NoError(t, os.WriteFile(filepath.FromSlash(path), png, 0o644))
 	t.Logf("wrote %s", path)
 }

@@ -24,6 +24,7 @@ type Event struct {
 	PID       int     `json:"pid"` // the process (instance) it happened in
 	Kind      string  `json:"kind"`
 	Item      int64   `json:"item,omitempty"`
+	Lock      string  `json:"lock,omitempty"` // a pitfall lock's strategy (its own lock); "": the item's real lock
 	Token     int64   `json:"token,omitempty"`
 	Seen      int64   `json:"seen,omitempty"` // fence_refused: the token the database had seen
 	LeaseMS   float64 `json:"lease_ms,omitempty"`
@@ -45,11 +46,15 @@ const (
 	EventRenewed  = "renew"
 	EventReleased = "release"
 	EventLost     = "lost"
+	// EventCrash: the crash fault's setnx-expire holder died between SETNX and EXPIRE; its
+	// key stays, without a TTL (Lock names the pitfall lock).
+	EventCrash = "crash"
 )
 
 // Events is what the storefront feeds it with.
 var (
 	_ inventory.LockObserver = (*Events)(nil)
+	_ inventory.LockObserver = (*LockScope)(nil)
 	_ inventory.Observer     = (*Events)(nil)
 )
 
@@ -64,18 +69,19 @@ const (
 )
 
 // Events collects the lock and purchase events of this process and streams them to the
-// subscribers of GET /api/events. The storefront feeds it (Storefront wires it): its Lock*
-// methods from the lock clients' hooks, Observe as the inventory service's Observer. The zero
-// value is not usable: use NewEvents. Safe for concurrent use; the methods never block. It is
-// an inventory.LockObserver (inventory.ObserverHooks) and an inventory.Observer.
+// subscribers of GET /api/events. The storefront feeds it (Storefront wires it): the lock
+// clients' hooks through a LockScope each (Scope), Observe as the inventory service's
+// Observer. The zero value is not usable: use NewEvents. Safe for concurrent use; the methods
+// never block. It is an inventory.LockObserver itself (one scope of its own, for a process
+// with one lock client) and an inventory.Observer.
 type Events struct {
 	pid   int
 	lease time.Duration
+	own   *LockScope
 
 	mu     sync.Mutex
 	seq    int64
 	subs   map[*subscriber]struct{}
-	held   map[int64][]int64 // item -> tokens this process holds, ascending (for release/lost)
 	closed bool
 }
 
@@ -87,42 +93,71 @@ type subscriber struct {
 // NewEvents returns an event hub; lease is the item locks' lease, sent with every acquire and
 // renew so a page can draw the lease.
 func NewEvents(lease time.Duration) *Events {
-	return &Events{pid: os.Getpid(), lease: lease, subs: map[*subscriber]struct{}{}, held: map[int64][]int64{}}
+	e := &Events{pid: os.Getpid(), lease: lease, subs: map[*subscriber]struct{}{}}
+	e.own = e.Scope()
+	return e
 }
 
+// LockScope tells the hub the events of one lock client's locks (an inventory.LockObserver).
+// The lock hooks name no token on release, loss and renewal: a scope keeps the tokens its
+// client holds, by item, and tells a release or a loss for the oldest hold of the item (the
+// one being lost, if two), a renewal for the newest. One scope a client: the stall fault's
+// client (no watchdog) and the storefront's lock client each hold tokens of the same items,
+// and a release of one must not be told with the other's token.
+type LockScope struct {
+	e    *Events
+	held map[int64][]int64 // item -> tokens this client holds, ascending; guarded by e.mu
+}
+
+// Scope returns a new scope of the hub, for one lock client's hooks.
+func (e *Events) Scope() *LockScope { return &LockScope{e: e, held: map[int64][]int64{}} }
+
 // LockAcquired is the lock client's Acquired hook.
-func (e *Events) LockAcquired(key string, token int64, waited time.Duration) {
+func (l *LockScope) LockAcquired(key string, token int64, waited time.Duration) {
 	item, ok := inventory.ItemOfLock(key)
 	if !ok {
 		return
 	}
-	e.mu.Lock()
-	e.held[item] = insertSorted(e.held[item], token)
-	e.mu.Unlock()
-	e.publish(Event{Kind: EventAcquired, Item: item, Token: token, LeaseMS: ms(e.lease), WaitedMS: ms(waited)})
+	l.e.mu.Lock()
+	l.held[item] = insertSorted(l.held[item], token)
+	l.e.mu.Unlock()
+	l.e.publish(Event{Kind: EventAcquired, Item: item, Token: token, LeaseMS: ms(l.e.lease), WaitedMS: ms(waited)})
 }
 
-// LockRenewed is the lock client's Renewed hook. The hook names no token: the renewal is
-// told for the newest hold of the item (an older one is the one being lost, if any).
-func (e *Events) LockRenewed(key string) {
+// LockRenewed is the lock client's Renewed hook (told for the newest hold of the item).
+func (l *LockScope) LockRenewed(key string) {
 	if item, ok := inventory.ItemOfLock(key); ok {
-		e.publish(Event{Kind: EventRenewed, Item: item, Token: e.token(item, false, false), LeaseMS: ms(e.lease)})
+		l.e.publish(Event{Kind: EventRenewed, Item: item, Token: l.token(item, false, false), LeaseMS: ms(l.e.lease)})
 	}
 }
 
 // LockReleased is the lock client's Released hook (told for the oldest hold of the item).
-func (e *Events) LockReleased(key string, held time.Duration) {
+func (l *LockScope) LockReleased(key string, held time.Duration) {
 	if item, ok := inventory.ItemOfLock(key); ok {
-		e.publish(Event{Kind: EventReleased, Item: item, Token: e.token(item, true, true), HeldMS: ms(held)})
+		l.e.publish(Event{Kind: EventReleased, Item: item, Token: l.token(item, true, true), HeldMS: ms(held)})
 	}
 }
 
 // LockLost is the lock client's Lost hook (told for the oldest hold of the item).
-func (e *Events) LockLost(key string, err error) {
+func (l *LockScope) LockLost(key string, err error) {
 	if item, ok := inventory.ItemOfLock(key); ok {
-		e.publish(Event{Kind: EventLost, Item: item, Token: e.token(item, true, true), Message: err.Error()})
+		l.e.publish(Event{Kind: EventLost, Item: item, Token: l.token(item, true, true), Message: err.Error()})
 	}
 }
+
+// LockAcquired, LockRenewed, LockReleased and LockLost are the hub's own scope's (LockScope).
+func (e *Events) LockAcquired(key string, token int64, waited time.Duration) {
+	e.own.LockAcquired(key, token, waited)
+}
+
+// LockRenewed: see LockAcquired.
+func (e *Events) LockRenewed(key string) { e.own.LockRenewed(key) }
+
+// LockReleased: see LockAcquired.
+func (e *Events) LockReleased(key string, held time.Duration) { e.own.LockReleased(key, held) }
+
+// LockLost: see LockAcquired.
+func (e *Events) LockLost(key string, err error) { e.own.LockLost(key, err) }
 
 // Observe is the inventory service's Observer.
 func (e *Events) Observe(ev inventory.Event) {
@@ -152,12 +187,12 @@ func (e *Events) Close() {
 	}
 }
 
-// token returns the oldest (or newest) token this process holds for item, removing it when
-// remove is set; 0 when none is known.
-func (e *Events) token(item int64, oldest, remove bool) int64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	tokens := e.held[item]
+// token returns the oldest (or newest) token the scope's client holds for item, removing it
+// when remove is set; 0 when none is known.
+func (l *LockScope) token(item int64, oldest, remove bool) int64 {
+	l.e.mu.Lock()
+	defer l.e.mu.Unlock()
+	tokens := l.held[item]
 	if len(tokens) == 0 {
 		return 0
 	}
@@ -168,9 +203,9 @@ func (e *Events) token(item int64, oldest, remove bool) int64 {
 	t := tokens[i]
 	if remove {
 		if tokens = append(tokens[:i:i], tokens[i+1:]...); len(tokens) == 0 {
-			delete(e.held, item)
+			delete(l.held, item)
 		} else {
-			e.held[item] = tokens
+			l.held[item] = tokens
 		}
 	}
 	return t

@@ -36,7 +36,30 @@ func TestEventsTokens(t *testing.T) {
 		assert.EqualValues(t, i+1, ev.Seq)
 	}
 	assert.Empty(t, s.ch, "a key that is no item lock is not told")
-	assert.Empty(t, e.held)
+	assert.Empty(t, e.own.held)
+}
+
+// Each lock client has its scope: a release by one client is told with its own token, though
+// another client of the same process holds an older token of the item (the stall fault's
+// client and the storefront's).
+func TestEventsScopes(t *testing.T) {
+	e := NewEvents(time.Second)
+	s, err := e.subscribe()
+	require.NoError(t, err)
+	stall, main := e.Scope(), e.Scope()
+	stall.LockAcquired("item:4", 5, 0)
+	main.LockAcquired("item:4", 8, 0)
+	main.LockReleased("item:4", time.Second)
+	stall.LockLost("item:4", errors.New("lease over"))
+	var got []Event
+	for range 4 {
+		got = append(got, <-s.ch)
+	}
+	assert.Equal(t, []int64{5, 8, 8, 5}, []int64{got[0].Token, got[1].Token, got[2].Token, got[3].Token})
+	assert.Equal(t, EventReleased, got[2].Kind)
+	assert.Equal(t, EventLost, got[3].Kind)
+	assert.Empty(t, stall.held)
+	assert.Empty(t, main.held)
 }
 
 // A subscriber that falls behind misses events without blocking anyone, and is told.

@@ -20,8 +20,12 @@ import (
 // makes its lock's holder die between SETNX and EXPIRE. On the demo carts' checkout it takes
 // "barrier" (request-order only, with handlers.HeaderBarrier; carts.go).
 
-// EventStall is the event of a purchase the stall fault stops before its write (StallMS).
-const EventStall = "stall"
+// Events of the stall fault: a purchase stops before its write (StallMS: for how long), and
+// goes on.
+const (
+	EventStall    = "stall"
+	EventStallEnd = "stall_end"
+)
 
 // faults builds, from X-Fault, the interceptor of the purchase's fault (handlers.Config.Intercept):
 // nil without the header.
@@ -78,6 +82,7 @@ func (f *stallFault) BeforeWrite(ctx context.Context, itemID int64, strategy str
 	f.events.publish(Event{Kind: EventStall, Item: itemID, Strategy: strategy, StallMS: ms(f.pause)})
 	t := time.NewTimer(f.pause)
 	defer t.Stop()
+	defer f.events.publish(Event{Kind: EventStallEnd, Item: itemID, Strategy: strategy})
 	select {
 	case <-t.C:
 		return nil
@@ -91,6 +96,10 @@ func (f *stallFault) BeforeWrite(ctx context.Context, itemID int64, strategy str
 type crashFault struct{}
 
 func (crashFault) Locker(_ string, l inventory.Locker) inventory.Locker {
+	if ol, ok := l.(*observedLocker); ok {
+		c, _ := ol.crashing()
+		return c
+	}
 	c, _ := pitfalls.Crashing(l)
 	return c
 }

@@ -24,6 +24,8 @@
 //	POST /api/lab/pause              SIGSTOP an item's lock holder (supervisor only)
 //	POST /api/lab/reset              the lab catalogue (one storefront process)
 //	ANY  /i/:index/*path             instance index's API (supervisor only)
+//	GET  /readyz                     every instance's own /readyz (supervisor only; a
+//	                                 storefront process answers its own)
 //
 // Run, carts, pause and reset, and an instance's lab POSTs and profiles under /i/, take the
 // admin token when the demo listens beyond loopback (StorefrontConfig.RequireToken,
@@ -71,6 +73,7 @@ type Paused struct {
 	Instance int     `json:"instance"`
 	PID      int     `json:"pid"`
 	Token    int64   `json:"token"`
+	AtMS     float64 `json:"at_ms"`  // when SIGSTOP was sent, Unix ms
 	ForMS    float64 `json:"for_ms"` // SIGCONT follows after this long
 }
 
@@ -116,8 +119,10 @@ func guardFor(required bool, token string) gin.HandlerFunc {
 type labInfo struct {
 	Instances []Instance `json:"instances"`
 	LeaseMS   float64    `json:"lease_ms"`
-	Pause     bool       `json:"pause"`      // Pause holder is offered
-	PauseNote string     `json:"pause_note"` // why not, when it is not
+	// PitfallLeaseMS is the fixed lease of the pitfall locks (PitfallLease).
+	PitfallLeaseMS float64 `json:"pitfall_lease_ms"`
+	Pause          bool    `json:"pause"`      // Pause holder is offered
+	PauseNote      string  `json:"pause_note"` // why not, when it is not
 	// TokenRequired: run, pause and reset need "Authorization: Bearer <admin token>" (a
 	// demo that listens beyond loopback).
 	TokenRequired bool `json:"token_required"`
@@ -163,7 +168,7 @@ func (l *api) instances(c *gin.Context) []Instance {
 }
 
 func (l *api) info(c *gin.Context) {
-	info := labInfo{Instances: l.instances(c), LeaseMS: ms(l.lease), Pause: l.sup != nil, TokenRequired: l.guard != nil}
+	info := labInfo{Instances: l.instances(c), LeaseMS: ms(l.lease), PitfallLeaseMS: ms(PitfallLease(l.lease)), Pause: l.sup != nil, TokenRequired: l.guard != nil}
 	if l.sup == nil {
 		info.PauseNote = errPauseUnsupported.Error()
 	}

@@ -37,7 +37,11 @@ type env struct {
 type envOptions struct {
 	lease, lockWait time.Duration // the item locks' lease and wait
 	writeTimeout    time.Duration // the HTTP server's WriteTimeout; 0: none
+	requireToken    bool          // the lab's mutating routes take the admin token (adminToken)
 }
+
+// adminToken is the admin token of an env.
+const adminToken = "lab-env-token"
 
 func newEnv(t testing.TB, opts envOptions) *env {
 	t.Helper()
@@ -57,7 +61,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 
 	sctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	sf := lab.NewStorefront(sctx, lab.StorefrontConfig{Redis: rdb, Lease: opts.lease, LockWait: opts.lockWait, StallFor: 3 * opts.lease, Strategy: inventory.StrategyLockGuard})
+	sf := lab.NewStorefront(sctx, lab.StorefrontConfig{Redis: rdb, Lease: opts.lease, LockWait: opts.lockWait, StallFor: 3 * opts.lease, Strategy: inventory.StrategyLockGuard, RequireToken: opts.requireToken})
 	t.Cleanup(func() { _ = sf.Close() })
 	held := &inventory.LockSet{} // /api/debug/locks, as the command wires it
 	lockOpts := &locking.Options{KeyPrefix: inventory.LockKeyPrefix, Lease: opts.lease, Wait: opts.lockWait,
@@ -65,11 +69,13 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	lc := locking.New(rdb, lockOpts)
 	t.Cleanup(func() { _ = lc.Close() })
 	icfg := inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Default: inventory.StrategyLockGuard}
-	sf.Inventory(&icfg, lockOpts)
+	stallOpts := *lockOpts // the stall fault's client: hooks of its own, as the command wires it
+	stallOpts.Hooks = locking.JoinHooks(sf.LockHooks(), held.Hooks(inventory.LockKeyPrefix))
+	sf.Inventory(&icfg, &stallOpts)
 	svc, err := inventory.NewService(icfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Close() })
-	hcfg := handlers.Config{Service: svc, Demo: true, DefaultStrategy: inventory.StrategyLockGuard, Debug: held,
+	hcfg := handlers.Config{Service: svc, Demo: true, DefaultStrategy: inventory.StrategyLockGuard, Debug: held, AdminToken: adminToken,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	sf.Handlers(&hcfg, svc)
 	e := &env{t: t, events: sf.Events(), srv: httptest.NewUnstartedServer(handlers.New(hcfg))}

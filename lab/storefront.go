@@ -20,7 +20,7 @@ type StorefrontConfig struct {
 	// stall fault's lock client, use it.
 	Redis redis.UniversalClient
 	// Lease and LockWait are the storefront's item lock lease and lock wait (the pitfall
-	// locks take the lease as their fixed lease).
+	// locks take PitfallLease(Lease) as their fixed lease, and the lock wait).
 	Lease, LockWait time.Duration
 	// StallFor is how long the stall fault stops a purchase before its write: longer than
 	// Lease, so that the stalled holder's lease runs out.
@@ -56,8 +56,10 @@ func NewStorefront(ctx context.Context, cfg StorefrontConfig) *Storefront {
 func (s *Storefront) Events() *Events { return s.events }
 
 // LockHooks returns the hooks that feed the item locks' events to the hub: add them to every
-// lock client of the item locks (locking.JoinHooks).
-func (s *Storefront) LockHooks() locking.Hooks { return inventory.ObserverHooks(s.events) }
+// lock client of the item locks (locking.JoinHooks), calling LockHooks once for each client
+// (the Options given to Inventory included): each call's hooks keep their own client's tokens
+// (Events.Scope), so that a release is told with its own token.
+func (s *Storefront) LockHooks() locking.Hooks { return inventory.ObserverHooks(s.events.Scope()) }
 
 // Inventory adds the lab to the inventory service's configuration: the hub as its observer
 // and the demo strategies (their rows after the built-in ones). It also makes the stall
@@ -66,7 +68,7 @@ func (s *Storefront) LockHooks() locking.Hooks { return inventory.ObserverHooks(
 // stopped its watchdog too.
 func (s *Storefront) Inventory(icfg *inventory.Config, lockOpts *locking.Options) {
 	icfg.Observer = s.events
-	icfg.Extra = append(icfg.Extra, demoStrategies(s.cfg)...)
+	icfg.Extra = append(icfg.Extra, demoStrategies(s.cfg, s.events)...)
 	opts := *lockOpts
 	opts.DisableWatchdog = true
 	s.stall = locking.New(s.cfg.Redis, &opts)

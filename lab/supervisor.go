@@ -71,6 +71,8 @@ type SupervisorConfig struct {
 //	POST /api/lab/run, /api/lab/carts, /api/lab/pause
 //	ANY  /i/:index/*path            instance index's API (e.g. /i/0/api/events)
 //	GET  /healthz
+//	GET  /readyz                    200 when every instance answers its own /readyz with 200,
+//	                                else 503 naming the instances that did not (a paused one)
 type Supervisor struct {
 	cfg      SupervisorConfig
 	rdb      redis.UniversalClient
@@ -97,6 +99,7 @@ func (s *Supervisor) Handler() http.Handler {
 	l := &api{sup: s, lease: s.cfg.Lease, hc: newLabClient(), guard: guardFor(s.cfg.RequireToken, s.cfg.AdminToken)}
 	r := handlers.NewEngine(s.log)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", s.readyz)
 	l.routes(r)
 	handlers.ServePages(r, pages())
 	r.Any("/i/:index/*path", l.proxy)
@@ -190,10 +193,11 @@ func (s *Supervisor) Pause(ctx context.Context, itemID int64) (Paused, error) {
 			c.mu.Unlock()
 			continue
 		}
+		at := time.Now()
 		c.paused = time.AfterFunc(s.pauseFor, func() { s.resume(c) })
 		c.mu.Unlock()
 		s.log.Info("lab: paused a lock holder", "instance", c.index, "pid", c.cmd.Process.Pid, "item", itemID, "token", held.Token, "for", s.pauseFor)
-		return Paused{Instance: c.index, PID: c.cmd.Process.Pid, Token: held.Token, ForMS: float64(s.pauseFor.Milliseconds())}, nil
+		return Paused{Instance: c.index, PID: c.cmd.Process.Pid, Token: held.Token, AtMS: unixMS(at), ForMS: float64(s.pauseFor.Milliseconds())}, nil
 	}
 	return Paused{}, fmt.Errorf("%w: item %d", ErrNotHeld, itemID)
 }

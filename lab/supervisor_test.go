@@ -147,6 +147,30 @@ func TestLabSupervisor(t *testing.T) {
 	assert.NotEqual(t, info.Instances[0].PID, info.Instances[1].PID)
 	assert.NotEqual(t, os.Getpid(), info.Instances[0].PID)
 
+	// /readyz: ready while every instance answers its own; a SIGSTOPped instance makes it 503,
+	// named; after SIGCONT it is ready again.
+	var ready struct {
+		Status    string `json:"status"`
+		Instances []struct {
+			Index int  `json:"index"`
+			Ready bool `json:"ready"`
+		} `json:"instances"`
+	}
+	require.Equal(t, 200, s.call("GET", "/readyz", "", &ready))
+	assert.Equal(t, "ok", ready.Status)
+	assert.Len(t, ready.Instances, 2)
+	require.NoError(t, syscall.Kill(info.Instances[1].PID, syscall.SIGSTOP))
+	var notReady struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	status := s.call("GET", "/readyz", "", &notReady)
+	require.NoError(t, syscall.Kill(info.Instances[1].PID, syscall.SIGCONT))
+	assert.Equal(t, 503, status)
+	assert.Equal(t, "unavailable", notReady.Error.Code)
+	assert.Contains(t, notReady.Error.Message, fmt.Sprintf("instance 1 (pid %d)", info.Instances[1].PID))
+	assert.NotContains(t, notReady.Error.Message, "instance 0", "the running instance is not named")
+	require.Equal(t, 200, s.call("GET", "/readyz", "", &ready), "ready again after SIGCONT")
+
 	var r labResult
 	require.Equal(t, 200, s.call("POST", "/api/lab/run", labRunBody("local", 20, 30, items[0], ""), &r))
 	assert.NotEqual(t, "SAFE", r.Verdict, "local across two processes: %+v", r)

@@ -1,12 +1,16 @@
 // The stockguard lock lab: one event stream per storefront instance, merged into one
-// timeline; lanes, log and verdict are drawn from it. Plain DOM, no framework.
+// timeline; lanes, log, verdict and the drawn timeline (timeline.js) come from it. Plain DOM,
+// no framework.
+import { model, draw } from './timeline.js';
+
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]);
 
 const lab = { instances: [], lease: 3000, items: [], stats: new Map(), statsAt: 0 };
 let events = [];        // every event received, in time order, each with .inst
 let skew = Infinity;    // browser clock minus server clock (ms)
-let run = null;         // the last run: {start, end, paused}
+let run = null;         // the last run: {start, end, before}
+let tlWindow = null;    // the timeline's window: {from, to}; to null while a run runs
 let replayAt = null;    // null: live; else the instant shown (server ms)
 const pauses = [];      // {inst, from, to}: SIGSTOPped instances
 
@@ -60,9 +64,10 @@ function laneState(item, T) {
   for (const ev of events) {
     if (ev.t > T) break;
     if (ev.item !== item.id) continue;
-    const key = `${ev.inst}:${ev.token}`;
+    const key = `${ev.inst}:${ev.lock || ''}:${ev.token}`;
     switch (ev.kind) {
-      case 'acquire': holds.set(key, { inst: ev.inst, token: ev.token, since: ev.t, renewed: ev.t, renewals: 0 }); break;
+      case 'acquire': holds.set(key, { inst: ev.inst, token: ev.token, lock: ev.lock || '', lease: ev.lease_ms || lab.lease, since: ev.t, renewed: ev.t, renewals: 0 }); break;
+      case 'crash': holds.set(`${key}:crash`, { inst: ev.inst, token: 0, lock: ev.lock || '', lease: Infinity, since: ev.t, renewed: ev.t, renewals: 0, crash: true }); break;
       case 'renew': { const h = holds.get(key); if (h) { h.renewed = ev.t; h.renewals++; } break; }
       case 'release': holds.delete(key); break;
       case 'lost': { const h = holds.get(key); if (h) h.lostAt = ev.t; break; }
@@ -79,14 +84,18 @@ function laneState(item, T) {
 function pausedAt(inst, T) { return pauses.some((p) => p.inst === inst && p.from <= T && T < p.to); }
 
 function holdHTML(h, T) {
-  const left = h.renewed + lab.lease - T;
-  const pct = Math.max(0, Math.min(100, (100 * left) / lab.lease));
+  if (h.crash) {
+    return `<li class="i${h.inst % 6}"><span class="inst">i${h.inst}</span> <span class="text"><span class="bad">CRASHED</span> holding the ${esc(h.lock)} lock:
+      its key has no TTL (Reset deletes it)</span></li>`;
+  }
+  const left = h.renewed + h.lease - T;
+  const pct = Math.max(0, Math.min(100, (100 * left) / h.lease));
   let text = `${(Math.max(0, left) / 1000).toFixed(1)} s of lease left`;
   if (h.renewals) text += ` · <span class="renewed">renewed ×${h.renewals}</span>`;
   if (h.lostAt) text = '<span class="bad">LOST</span>: the lease ran out or another holder took it';
   else if (left <= 0) text = '<span class="bad">LEASE EXPIRED</span>: the holder has not noticed yet';
   if (pausedAt(h.inst, T)) text += ' · <span class="bad">PAUSED</span> (SIGSTOP)';
-  return `<li class="i${h.inst % 6}"><span class="inst">i${h.inst}</span> <span class="text">holds token ${h.token}: ${text}</span>
+  return `<li class="i${h.inst % 6}"><span class="inst">i${h.inst}</span> <span class="text">holds ${h.lock ? `the ${esc(h.lock)} lock, ` : ''}token ${h.token}: ${text}</span>
     <span class="bar" role="img" aria-label="lease ${Math.round(pct)}% left"><span style="width:${pct}%"></span></span></li>`;
 }
 
@@ -104,15 +113,48 @@ function renderLanes() {
       <p>waiting for the lock: ${waiters}</p></article>`;
   }).join('');
   $('clock').textContent = replayAt === null ? 'live' : `replay at ${clock(T)} (+${((T - run.start) / 1000).toFixed(2)} s)`;
+  renderTimeline();
+}
+
+// ---- the drawn timeline of the last run (timeline.js) ------------------------------------
+let drawn = '';
+function renderTimeline() {
+  if (!tlWindow) return;
+  const to = tlWindow.to ?? now();
+  const T = replayAt ?? to;
+  const box = $('timeline-box');
+  const key = `${T}|${to}|${events.length}|${pauses.length}|${box.clientWidth}`;
+  if (key === drawn) return;
+  drawn = key;
+  const m = model(events, tlWindow.from, T, lab.lease, pauses);
+  const { x } = draw(m, to, { box, labels: $('timeline-labels'), summary: $('timeline-summary') });
+  const off = ((T - tlWindow.from) / 1000).toFixed(2);
+  $('timeline-clock').textContent = replayAt === null ? (tlWindow.to === null ? `live, +${off} s` : `the whole run, ${off} s`) : `replay at +${off} s`;
+  if (replayAt !== null) { // keep the replay's instant in sight
+    const cx = x(T);
+    if (cx < box.scrollLeft + 20 || cx > box.scrollLeft + box.clientWidth - 20) box.scrollLeft = Math.max(0, cx - box.clientWidth / 2);
+  }
+}
+function startWindow() { tlWindow = { from: now() - 50, to: null }; drawn = ''; }
+function endWindow(startedMS, endedMS, before) {
+  run = { start: startedMS - 50, end: endedMS + 50, before };
+  tlWindow = { from: run.start, to: run.end };
+  $('scrub').min = run.start; $('scrub').max = run.end; $('scrub').value = run.end;
+  $('scrub').disabled = false;
+  drawn = '';
+  renderTimeline(); // the whole run at once, before the verdict is shown
 }
 
 // ---- the event log ----------------------------------------------------------------------
+const lk = (ev) => (ev.lock ? ` (${esc(ev.lock)} lock)` : '');
 function describe(ev) {
   const item = ev.item ? ` item ${ev.item}` : '';
   switch (ev.kind) {
-    case 'acquire': return `acquire${item} token ${ev.token} (waited ${Math.round(ev.waited_ms || 0)} ms)`;
+    case 'acquire': return `acquire${lk(ev)}${item} token ${ev.token} (waited ${Math.round(ev.waited_ms || 0)} ms${ev.lock ? `, fixed lease ${ev.lease_ms} ms` : ''})`;
     case 'renew': return `renew${item} token ${ev.token}`;
-    case 'release': return `release${item} token ${ev.token} (held ${Math.round(ev.held_ms || 0)} ms)`;
+    case 'release': return `release${lk(ev)}${item} token ${ev.token} (held ${Math.round(ev.held_ms || 0)} ms)${ev.message ? ': <span class="bad">' + esc(ev.message) + '</span>' : ''}`;
+    case 'crash': return `<span class="bad">CRASH</span>${lk(ev)}${item}: the holder died between SETNX and EXPIRE; the key has no TTL`;
+    case 'stall_end': return `stall over${item}: the holder goes on to its write`;
     case 'lost': return `<span class="bad">LOST</span>${item} token ${ev.token}`;
     case 'wait': return `wait for the lock of${item} (${esc(ev.strategy)})`;
     case 'wait_end': return `wait over${item}${ev.message ? ': ' + esc(ev.message) : ''}`;
@@ -162,6 +204,7 @@ async function doRun(e) {
   };
   $('run').disabled = true;
   goLive();
+  startWindow();
   const what = `${req.buyers} buyers, ${req.strategy}${req.fault ? ', fault ' + req.fault : ''}`;
   $('verdict').className = 'verdict running';
   $('verdict').textContent = `Running: ${what}… the verdict follows when every buyer has its answer.`;
@@ -170,13 +213,12 @@ async function doRun(e) {
   const before = new Map(lab.stats); // the lanes' starting point when the run is replayed
   try {
     const res = await api('/api/lab/run', { method: 'POST', body: JSON.stringify(req) });
-    if (res.paused) pauses.push({ inst: res.paused.instance, from: res.started_ms, to: res.started_ms + res.paused.for_ms });
-    run = { start: res.started_ms - 50, end: res.ended_ms + 50, before };
+    if (res.paused) pauses.push({ inst: res.paused.instance, from: res.paused.at_ms, to: res.paused.at_ms + res.paused.for_ms });
+    endWindow(res.started_ms, res.ended_ms, before);
     showVerdict(res);
     say(res.note || '');
-    $('scrub').min = run.start; $('scrub').max = run.end; $('scrub').value = run.end;
-    $('scrub').disabled = false;
   } catch (err) {
+    if (tlWindow && tlWindow.to === null) tlWindow.to = now();
     $('verdict').className = 'verdict bad';
     $('verdict').textContent = `Run failed: ${err.message}`;
     say(`run failed: ${err.message}`);
@@ -208,10 +250,14 @@ async function doCarts(e) {
   const req = { case: kase, strategy, items: kase === 'cart-order' ? [a, b] : [a], work_ms: Number($('work').value) };
   $('cart-run').disabled = true;
   goLive();
+  startWindow();
+  await loadStats();
+  const before = new Map(lab.stats);
   $('cart-verdict').className = 'verdict running';
   $('cart-verdict').textContent = `Running: ${strategy}… the verdict follows when every cart has its answer.`;
   try {
     const r = await api('/api/lab/carts', { method: 'POST', body: JSON.stringify(req) });
+    endWindow(r.started_ms, r.ended_ms, before);
     const safe = r.verdict === 'SAFE';
     const carts = r.carts.map((c) => `{${c.map((l) => `${l.item_id}×${l.quantity}`).join(', ')}}`).join(' and ');
     const answers = Object.entries(r.answers).map(([k, n]) => `${k} ${n}`).join(', ');
@@ -221,6 +267,7 @@ async function doCarts(e) {
       `carts ${esc(carts)}: sold ${r.sold} (${esc(stock)}), oversold ${r.oversold} · answers: ${esc(answers)}` +
       `${r.note ? ' · ' + esc(r.note) : ''}`;
   } catch (err) {
+    if (tlWindow && tlWindow.to === null) tlWindow.to = now();
     $('cart-verdict').className = 'verdict bad';
     $('cart-verdict').textContent = `Cart run failed: ${err.message}`;
   } finally {
@@ -235,7 +282,7 @@ async function doPause() {
   const item = Number($('item').value);
   try {
     const p = await api('/api/lab/pause', { method: 'POST', body: JSON.stringify({ item }) });
-    pauses.push({ inst: p.instance, from: now(), to: now() + p.for_ms });
+    pauses.push({ inst: p.instance, from: p.at_ms, to: p.at_ms + p.for_ms });
     say(`paused instance ${p.instance} (pid ${p.pid}), holder of item ${item} with token ${p.token}, for ${p.for_ms / 1000} s`);
   } catch (err) { say(`pause: ${err.message}`); }
 }
@@ -281,6 +328,7 @@ async function start() {
   $('pause').onclick = doPause;
   $('reset').onclick = doReset;
   $('item').onchange = renderLanes;
+  addEventListener('resize', () => { drawn = ''; renderTimeline(); });
   $('scrub').oninput = scrubTo;
   $('live').onclick = goLive;
   setInterval(() => { if (replayAt === null) renderLanes(); }, 100);
