@@ -51,7 +51,7 @@ func TestCartWorkload(t *testing.T) {
 	for _, s := range []string{"guard", "lock+guard"} {
 		assertCartsSafe(t, res[s])
 		require.NotNil(t, res[s].History)
-		assert.Equal(t, histLinearizable, res[s].History.Verdict, "%s: %s", s, res[s].History.Reason)
+		assert.Equal(t, Linearizable, res[s].History.Verdict, "%s: %s", s, res[s].History.Reason)
 	}
 	assert.Equal(t, 0, rep.ExitCode)
 	assert.Empty(t, rep.Failed)
@@ -87,7 +87,7 @@ func TestHoldWorkload(t *testing.T) {
 		assert.Zero(t, r.StrandedUnits, s)
 		assert.Zero(t, r.ExpiredConfirmed, s)
 		require.NotNil(t, r.History)
-		assert.Equal(t, histLinearizable, r.History.Verdict, "%s: the last item, which no hold touches: %s", s, r.History.Reason)
+		assert.Equal(t, Linearizable, r.History.Verdict, "%s: the last item, which no hold touches: %s", s, r.History.Reason)
 		assert.Contains(t, r.History.Reason, "left out", s)
 	}
 	assert.Equal(t, 0, rep.ExitCode)
@@ -100,7 +100,7 @@ func TestHoldWorkload(t *testing.T) {
 func TestCartChaosPause(t *testing.T) {
 	needStorefront(t)
 	cfg := cartRunConfig(WorkloadCart, "lock+guard", "guard")
-	cfg.Chaos, cfg.Lease = chaosPause, 500*time.Millisecond
+	cfg.Chaos, cfg.Lease = ChaosPause, 500*time.Millisecond
 	cfg.Requests, cfg.Duration, cfg.Stock = 0, 3500*time.Millisecond, 40
 	require.NoError(t, cfg.validate())
 	rep, err := Run(context.Background(), cfg, tlog{t})
@@ -120,7 +120,7 @@ func TestCartChaosPause(t *testing.T) {
 func TestCartWorkloadsOnPostgres(t *testing.T) {
 	needStorefront(t)
 	ctx := context.Background()
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, DB: DBPostgres})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, DB: DBPostgres})
 	require.NoError(t, err)
 	defer cl.Close()
 	for _, wl := range []string{WorkloadCart, WorkloadHolds} {
@@ -141,7 +141,7 @@ func TestCartWorkloadsOnPostgres(t *testing.T) {
 // TestNextCart: the carts drawn have 1..maxCartLines lines, the hot item first in about -hot
 // of them, repeated lines, and every number of distinct items.
 func TestNextCart(t *testing.T) {
-	w := &workload{cfg: Config{Hot: 0.8, Quantity: 3}, items: []item{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}}}
+	w := &Workload{cfg: Config{Hot: 0.8, Quantity: 3}, items: []Item{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}}}
 	rng := rand.New(rand.NewPCG(1, 2))
 	hot, repeated := 0, 0
 	sizes := map[int]int{}
@@ -149,7 +149,7 @@ func TestNextCart(t *testing.T) {
 	for i := 0; i < n; i++ {
 		lines := w.nextCart(rng, w.items)
 		require.NotEmpty(t, lines)
-		require.LessOrEqual(t, len(lines), maxCartLines)
+		require.LessOrEqual(t, len(lines), MaxCartLines)
 		merged := mergeCart(lines)
 		if len(merged) < len(lines) {
 			repeated++
@@ -170,7 +170,7 @@ func TestNextCart(t *testing.T) {
 	}
 	assert.InDelta(t, 0.8, float64(hot)/n, 0.05)
 	assert.Positive(t, repeated)
-	for k := 1; k <= maxCartLines; k++ {
+	for k := 1; k <= MaxCartLines; k++ {
 		assert.Positive(t, sizes[k], "carts of %d distinct items", k)
 	}
 }
@@ -185,15 +185,15 @@ func TestCartConfig(t *testing.T) {
 		{"-workload", "holds", "-chaos", "failover"},
 		{"-workload", "holds", "-hold-ttl", "500ms"},
 	} {
-		_, err := parseConfig(args, nil)
+		_, err := ParseConfig(args, nil)
 		var ue *usageError
 		assert.ErrorAs(t, err, &ue, "%v", args)
 	}
-	c, err := parseConfig([]string{"-workload", "holds", "-chaos", "pause"}, nil)
+	c, err := ParseConfig([]string{"-workload", "holds", "-chaos", "pause"}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, WorkloadHolds, c.Workload)
 	assert.Equal(t, time.Second, c.HoldTTL)
-	c, err = parseConfig(nil, nil)
+	c, err = ParseConfig(nil, nil)
 	require.NoError(t, err)
 	assert.Equal(t, WorkloadPurchase, c.Workload, "purchase stays the default")
 }

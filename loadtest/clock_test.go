@@ -73,10 +73,10 @@ func TestChaosClock(t *testing.T) {
 	needClock(t)
 	ctx := context.Background()
 	cfg := smallRun("lock+guard")
-	cfg.Chaos, cfg.Lease, cfg.Work = chaosClock, 500*time.Millisecond, 100*time.Millisecond
-	cfg.Requests, cfg.Duration, cfg.Stock, cfg.Reads, cfg.CheckTimeout = 0, 3*time.Second, 1000, 0.1, defaultCheckTimeout
+	cfg.Chaos, cfg.Lease, cfg.Work = ChaosClock, 500*time.Millisecond, 100*time.Millisecond
+	cfg.Requests, cfg.Duration, cfg.Stock, cfg.Reads, cfg.CheckTimeout = 0, 3*time.Second, 1000, 0.1, DefaultCheckTimeout
 	require.NoError(t, cfg.validate())
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyClock})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyClock})
 	require.NoError(t, err)
 	defer cl.Close()
 	require.NotNil(t, cl.Clock)
@@ -91,6 +91,6 @@ func TestChaosClock(t *testing.T) {
 	assert.Contains(t, ev.Timeline[0].What, "its TTL ended at once", "the step ended the holder's key")
 	assert.Equal(t, verdict.Safe, s.Verdict, s.Violations)
 	require.NotNil(t, s.History)
-	assert.Equal(t, histLinearizable, s.History.Verdict, s.History.Reason)
+	assert.Equal(t, Linearizable, s.History.Verdict, s.History.Reason)
 	assert.Equal(t, 0, rep.ExitCode)
 }

@@ -20,8 +20,8 @@ type fakeStore struct {
 	token    string
 	demo     bool
 	items    []*fakeItem
-	orders   []order
-	byKey    map[string]receipt
+	orders   []Order
+	byKey    map[string]Receipt
 	nextID   int64
 	wrongStr string // when set, 201s name this strategy instead of the asked one
 	ghost    bool   // when set, every 10th purchase also writes an order nobody was answered
@@ -45,7 +45,7 @@ var fakeStrategies = []map[string]any{
 
 func newFake(tb testing.TB, demo bool) (*fakeStore, *httptest.Server) {
 	tb.Helper()
-	f := &fakeStore{token: "t0k", demo: demo, byKey: map[string]receipt{}}
+	f := &fakeStore{token: "t0k", demo: demo, byKey: map[string]Receipt{}}
 	srv := httptest.NewServer(f)
 	tb.Cleanup(srv.Close)
 	return f, srv
@@ -79,10 +79,10 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, 401, "unauthorized")
 			return
 		}
-		var body struct{ Items []newItem }
+		var body struct{ Items []NewItem }
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.mu.Lock()
-		f.items, f.orders, f.byKey = nil, nil, map[string]receipt{}
+		f.items, f.orders, f.byKey = nil, nil, map[string]Receipt{}
 		for i, it := range body.Items {
 			f.items = append(f.items, &fakeItem{ID: 100 + i, Initial: it.Stock, Stock: it.Stock, SKU: it.SKU})
 		}
@@ -90,9 +90,9 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]string{"status": "ok"})
 	case p == "/api/items":
 		f.mu.Lock()
-		var out []item
+		var out []Item
 		for _, it := range f.items {
-			out = append(out, item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
+			out = append(out, Item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
 		}
 		f.mu.Unlock()
 		writeJSON(w, 200, out)
@@ -116,7 +116,7 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		after, _ := strconv.ParseInt(r.URL.Query().Get("after_id"), 10, 64)
 		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 		f.mu.Lock()
-		out := []order{}
+		out := []Order{}
 		for _, o := range f.orders {
 			if o.OrderID > after && len(out) < limit {
 				out = append(out, o)
@@ -132,7 +132,7 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer f.mu.Unlock()
 		for _, it := range f.items {
 			if it.ID == id {
-				writeJSON(w, 200, item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
+				writeJSON(w, 200, Item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
 				return
 			}
 		}
@@ -205,14 +205,14 @@ func (f *fakeStore) purchase(w http.ResponseWriter, r *http.Request) {
 		named = f.wrongStr
 	}
 	k := key
-	o := order{OrderID: f.nextID, ItemID: int64(id), Quantity: body.Quantity, Strategy: named, IdempotencyKey: &k}
+	o := Order{OrderID: f.nextID, ItemID: int64(id), Quantity: body.Quantity, Strategy: named, IdempotencyKey: &k}
 	f.orders = append(f.orders, o)
-	rc := receipt{OrderID: o.OrderID, ItemID: o.ItemID, Quantity: o.Quantity, Remaining: it.Stock, Strategy: named}
+	rc := Receipt{OrderID: o.OrderID, ItemID: o.ItemID, Quantity: o.Quantity, Remaining: it.Stock, Strategy: named}
 	f.byKey[key] = rc
 	if f.ghost && f.nextID%10 == 0 {
 		f.nextID++
 		gk := key + "-ghost"
-		f.orders = append(f.orders, order{OrderID: f.nextID, ItemID: int64(id), Quantity: 0, Strategy: named, IdempotencyKey: &gk})
+		f.orders = append(f.orders, Order{OrderID: f.nextID, ItemID: int64(id), Quantity: 0, Strategy: named, IdempotencyKey: &gk})
 	}
 	f.mu.Unlock()
 	writeJSON(w, 201, rc)

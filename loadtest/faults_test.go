@@ -23,7 +23,7 @@ func TestChaosFailover(t *testing.T) {
 	cfg.Chaos, cfg.Lease = "failover", 500*time.Millisecond
 	cfg.Requests, cfg.Duration, cfg.Stock, cfg.Items, cfg.Hot = 0, 6*time.Second, 1000, 2, 0.8
 	require.NoError(t, cfg.validate())
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologySentinel})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologySentinel})
 	require.NoError(t, err)
 	defer cl.Close()
 
@@ -71,7 +71,7 @@ func TestChaosPartition(t *testing.T) {
 	cfg.Chaos, cfg.Lease, cfg.Work = "partition", 400*time.Millisecond, 800*time.Millisecond
 	cfg.Requests, cfg.Duration, cfg.Items, cfg.Hot = 0, 3*time.Second, 2, 0.8
 	require.NoError(t, cfg.validate())
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyProxied})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyProxied})
 	require.NoError(t, err)
 	defer cl.Close()
 	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
@@ -100,7 +100,7 @@ func TestChaosLatency(t *testing.T) {
 	cfg := smallRun("lock+guard")
 	cfg.Chaos, cfg.Latency, cfg.Requests, cfg.Lease = "latency", 20*time.Millisecond, 150, time.Second
 	require.NoError(t, cfg.validate())
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyProxied})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyProxied})
 	require.NoError(t, err)
 	defer cl.Close()
 	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
@@ -119,12 +119,12 @@ func TestChaosLatency(t *testing.T) {
 // takes each token once), not as a bare "wrote: order N" that reads as a failure.
 func TestChaosFailoverHolderWroteWording(t *testing.T) {
 	start := time.Now()
-	ev := &ChaosEvent{Mode: chaosFailover, Instance: 0, Token: 7, FaultAt: 1}
+	ev := &Event{Mode: ChaosFailover, Instance: 0, Token: 7, FaultAt: 1}
 	at := start.Add(1500 * time.Millisecond)
-	purchases := []*purchase{{ItemID: 3, Instance: 0, Attempts: []purchaseResult{{Status: 201, Start: at, Latency: time.Millisecond,
-		Receipt: receipt{OrderID: 961, ItemID: 3, FenceToken: 7}}}}}
-	orders := []order{{OrderID: 961, ItemID: 3, FenceToken: 7, CreatedAt: at}}
-	ev.settle(start, purchases, orders, 2, 3)
+	purchases := []*Purchase{{ItemID: 3, Instance: 0, Attempts: []PurchaseResult{{Status: 201, Start: at, Latency: time.Millisecond,
+		Receipt: Receipt{OrderID: 961, ItemID: 3, FenceToken: 7}}}}}
+	orders := []Order{{OrderID: 961, ItemID: 3, FenceToken: 7, CreatedAt: at}}
+	ev.Settle(start, purchases, orders, 2, 3)
 	assert.Contains(t, ev.HolderWrote, "order 961, 0.500s after the fault: the holder resumed and finished its purchase")
 	assert.Contains(t, ev.HolderWrote, "the fence accepted token 7 once")
 	assert.Contains(t, ev.HolderWrote, "safe, not an oversell")

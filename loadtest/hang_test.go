@@ -16,40 +16,40 @@ import (
 
 // hangSample builds the purchases of a synthetic hang run: one attempt every 10ms per
 // instance (3 instances) from 0 to 10s; answer(at) decides each one.
-func hangSample(start time.Time, answer func(at time.Duration, instance int) purchaseResult) []*purchase {
-	var out []*purchase
+func hangSample(start time.Time, answer func(at time.Duration, instance int) PurchaseResult) []*Purchase {
+	var out []*Purchase
 	for at := time.Duration(0); at < 10*time.Second; at += 10 * time.Millisecond {
 		for in := 0; in < 3; in++ {
 			r := answer(at, in)
 			r.Start = start.Add(at)
-			out = append(out, &purchase{Instance: in, Attempts: []purchaseResult{r}})
+			out = append(out, &Purchase{Instance: in, Attempts: []PurchaseResult{r}})
 		}
 	}
 	return out
 }
 
 // redisHangEvent is a hang of Redis from 3s to 6.5s (answers slow down from 2.5s).
-func redisHangEvent(policy string) *ChaosEvent {
-	return &ChaosEvent{Mode: chaosRedisHang, Hang: &HangFigures{Target: hangRedis, Policy: policy, StoppedAt: 3, ContinuedAt: 6.5}}
+func redisHangEvent(policy string) *Event {
+	return &Event{Mode: ChaosRedisHang, Hang: &HangFigures{Target: hangRedis, Policy: policy, StoppedAt: 3, ContinuedAt: 6.5}}
 }
 
 // A well-behaved run under guard: 20ms answers healthy, 60ms degraded sales while Redis hangs,
 // locked again 100ms after the SIGCONT.
-func guardAnswer(at time.Duration, _ int) purchaseResult {
+func guardAnswer(at time.Duration, _ int) PurchaseResult {
 	switch {
 	case at >= 2500*time.Millisecond && at < 6500*time.Millisecond:
-		return purchaseResult{Status: 201, Latency: 60 * time.Millisecond, Receipt: receipt{Degraded: true}}
+		return PurchaseResult{Status: 201, Latency: 60 * time.Millisecond, Receipt: Receipt{Degraded: true}}
 	case at >= 6500*time.Millisecond && at < 6600*time.Millisecond:
-		return purchaseResult{Status: 201, Latency: 5 * time.Millisecond, Receipt: receipt{Degraded: true}}
+		return PurchaseResult{Status: 201, Latency: 5 * time.Millisecond, Receipt: Receipt{Degraded: true}}
 	}
-	return purchaseResult{Status: 201, Latency: 20 * time.Millisecond}
+	return PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
 }
 
 // The figures of -chaos redis-hang and the verdict, from synthetic answers: each target
 // missed is named, and only those.
 func TestHangRedisVerdict(t *testing.T) {
 	start := time.Now()
-	figures := func(policy string, takesLock bool, oversold int, answer func(time.Duration, int) purchaseResult) *HangFigures {
+	figures := func(policy string, takesLock bool, oversold int, answer func(time.Duration, int) PurchaseResult) *HangFigures {
 		ev := redisHangEvent(policy)
 		return hangFigures(ev, Config{}, takesLock, start, hangSample(start, answer), 3, oversold, false)
 	}
@@ -68,16 +68,16 @@ func TestHangRedisVerdict(t *testing.T) {
 
 	// A purchase sent just before the SIGCONT and served after it by the Redis that answers
 	// again, under a fresh lock, is no sale of the hang.
-	late := figures("guard", true, 0, func(at time.Duration, in int) purchaseResult {
+	late := figures("guard", true, 0, func(at time.Duration, in int) PurchaseResult {
 		if at >= 6490*time.Millisecond && at < 6500*time.Millisecond {
-			return purchaseResult{Status: 201, Latency: 30 * time.Millisecond, Receipt: receipt{FenceToken: 99}}
+			return PurchaseResult{Status: 201, Latency: 30 * time.Millisecond, Receipt: Receipt{FenceToken: 99}}
 		}
 		return guardAnswer(at, in)
 	})
 	assert.Zero(t, late.NewLocks)
 	assert.Empty(t, late.Misses)
 
-	slow := figures("guard", true, 0, func(at time.Duration, in int) purchaseResult {
+	slow := figures("guard", true, 0, func(at time.Duration, in int) PurchaseResult {
 		r := guardAnswer(at, in)
 		if at >= 2500*time.Millisecond && at < 6500*time.Millisecond && in == 0 {
 			r.Latency = 300 * time.Millisecond // p99 300ms > max(3x 20ms, 250ms)
@@ -87,14 +87,14 @@ func TestHangRedisVerdict(t *testing.T) {
 	require.Len(t, slow.Misses, 1, slow.Misses)
 	assert.Contains(t, slow.Misses[0], "hung p99 300ms > max(3x healthy p99 20ms, 250ms)")
 
-	broken := figures("guard", true, 2, func(at time.Duration, in int) purchaseResult {
+	broken := figures("guard", true, 2, func(at time.Duration, in int) PurchaseResult {
 		switch {
 		case at >= 4500*time.Millisecond && at < 4600*time.Millisecond && in == 1:
-			return purchaseResult{Status: 503, Code: "unavailable", Latency: time.Millisecond}
+			return PurchaseResult{Status: 503, Code: "unavailable", Latency: time.Millisecond}
 		case at >= 5*time.Second && at < 5010*time.Millisecond:
-			return purchaseResult{Status: 201, Latency: time.Millisecond, Receipt: receipt{FenceToken: 99}} // not degraded, a lock taken meanwhile
+			return PurchaseResult{Status: 201, Latency: time.Millisecond, Receipt: Receipt{FenceToken: 99}} // not degraded, a lock taken meanwhile
 		case at >= 6500*time.Millisecond:
-			return purchaseResult{Status: 201, Latency: 5 * time.Millisecond, Receipt: receipt{Degraded: true}} // never locked again
+			return PurchaseResult{Status: 201, Latency: 5 * time.Millisecond, Receipt: Receipt{Degraded: true}} // never locked again
 		}
 		return guardAnswer(at, in)
 	})
@@ -112,8 +112,8 @@ func TestHangRedisVerdict(t *testing.T) {
 	assert.Contains(t, broken.verdictLine(), "MISSED: ")
 
 	// A strategy that takes no lock sells nothing degraded and has no lock to take back.
-	noLock := figures("guard", false, 0, func(at time.Duration, _ int) purchaseResult {
-		return purchaseResult{Status: 201, Latency: 20 * time.Millisecond}
+	noLock := figures("guard", false, 0, func(at time.Duration, _ int) PurchaseResult {
+		return PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
 	})
 	assert.Empty(t, noLock.Misses)
 
@@ -125,22 +125,22 @@ func TestHangRedisVerdict(t *testing.T) {
 	assert.Empty(t, judgeRedisHang(lowRate))
 
 	// Under fail: every answer of the hung window a 503 within a second.
-	failAnswer := func(at time.Duration, in int) purchaseResult {
+	failAnswer := func(at time.Duration, in int) PurchaseResult {
 		if at >= 2500*time.Millisecond && at < 6500*time.Millisecond {
-			return purchaseResult{Status: 503, Code: "unavailable", Latency: 250 * time.Millisecond}
+			return PurchaseResult{Status: 503, Code: "unavailable", Latency: 250 * time.Millisecond}
 		}
 		return guardAnswer(at, in)
 	}
 	fail := figures("fail", true, 0, failAnswer)
 	assert.Empty(t, fail.Misses)
 	assert.InDelta(t, 250, fail.Hung.Slowest503, 0.01)
-	fail = figures("fail", true, 0, func(at time.Duration, in int) purchaseResult {
+	fail = figures("fail", true, 0, func(at time.Duration, in int) PurchaseResult {
 		r := failAnswer(at, in)
 		if at >= 5*time.Second && at < 5100*time.Millisecond && in == 2 {
 			r.Latency = 1200 * time.Millisecond
 		}
 		if at >= 6*time.Second && at < 6010*time.Millisecond {
-			r = purchaseResult{Status: 201, Latency: time.Millisecond, Receipt: receipt{Degraded: true}}
+			r = PurchaseResult{Status: 201, Latency: time.Millisecond, Receipt: Receipt{Degraded: true}}
 		}
 		return r
 	})
@@ -154,20 +154,20 @@ func TestHangRedisVerdict(t *testing.T) {
 // most purchases admitted at one instance against the bound, selling back after the SIGCONT.
 func TestHangDBVerdict(t *testing.T) {
 	start := time.Now()
-	ev := func() *ChaosEvent {
-		return &ChaosEvent{Mode: chaosDBHang, Hang: &HangFigures{Target: hangPostgres, StoppedAt: 2.5, ContinuedAt: 6.5}}
+	ev := func() *Event {
+		return &Event{Mode: ChaosDBHang, Hang: &HangFigures{Target: hangPostgres, StoppedAt: 2.5, ContinuedAt: 6.5}}
 	}
 	// While the database hangs, instance i admits (and keeps waiting) the purchases sent in
 	// its first admitted*10ms, and sheds the others in 2ms.
-	answer := func(admitted int, shedIn time.Duration) func(time.Duration, int) purchaseResult {
-		return func(at time.Duration, in int) purchaseResult {
+	answer := func(admitted int, shedIn time.Duration) func(time.Duration, int) PurchaseResult {
+		return func(at time.Duration, in int) PurchaseResult {
 			switch {
 			case at >= 2500*time.Millisecond && at < 2500*time.Millisecond+time.Duration(admitted)*10*time.Millisecond:
-				return purchaseResult{Status: 201, Latency: 6500*time.Millisecond - at + 30*time.Millisecond}
+				return PurchaseResult{Status: 201, Latency: 6500*time.Millisecond - at + 30*time.Millisecond}
 			case at >= 2500*time.Millisecond && at < 6500*time.Millisecond:
-				return purchaseResult{Status: 503, Code: "at_capacity", Latency: shedIn}
+				return PurchaseResult{Status: 503, Code: "at_capacity", Latency: shedIn}
 			}
-			return purchaseResult{Status: 201, Latency: 20 * time.Millisecond}
+			return PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
 		}
 	}
 	cfg := Config{MaxPurchases: 64}
@@ -186,11 +186,11 @@ func TestHangDBVerdict(t *testing.T) {
 		"1 unit(s) oversold",
 	}, h.Misses)
 
-	h = hangFigures(ev(), cfg, true, start, hangSample(start, func(at time.Duration, in int) purchaseResult {
+	h = hangFigures(ev(), cfg, true, start, hangSample(start, func(at time.Duration, in int) PurchaseResult {
 		if at >= 2500*time.Millisecond {
-			return purchaseResult{Status: 503, Code: "unavailable", Latency: time.Second}
+			return PurchaseResult{Status: 503, Code: "unavailable", Latency: time.Second}
 		}
-		return purchaseResult{Status: 201, Latency: 20 * time.Millisecond}
+		return PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
 	}), 3, 0, false)
 	assert.ElementsMatch(t, []string{
 		"no purchase answered at_capacity while the database hung (raise -concurrency above -max-purchases x instances)",
@@ -236,27 +236,27 @@ func TestHangServerAdmitted(t *testing.T) {
 
 // The hang modes' flags: the defaults fit the run to the hang, db-hang needs -db postgres.
 func TestHangModesConfig(t *testing.T) {
-	c, err := parseConfig([]string{"-chaos", "redis-hang"}, io.Discard)
+	c, err := ParseConfig([]string{"-chaos", "redis-hang"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, 8*time.Second, c.HangFor)
 	assert.Equal(t, "guard", c.OnRedisDown)
 	assert.Equal(t, hangWarmUp+hangHealthy+hangGap+8*time.Second+hangAfter, c.Duration)
 	assert.Equal(t, 30*time.Second, c.Lease, "the storefront's default lease")
 	assert.Zero(t, c.Requests)
-	assert.Equal(t, []string{"--on-redis-down", "guard"}, c.mode().args(c))
+	assert.Equal(t, []string{"--on-redis-down", "guard"}, c.mode().Args(c))
 
-	_, err = parseConfig([]string{"-chaos", "redis-hang", "-on-redis-down", "ignore"}, io.Discard)
+	_, err = ParseConfig([]string{"-chaos", "redis-hang", "-on-redis-down", "ignore"}, io.Discard)
 	assert.EqualError(t, err, `-on-redis-down must be "guard" or "fail", got "ignore"`)
-	_, err = parseConfig([]string{"-chaos", "db-hang"}, io.Discard)
+	_, err = ParseConfig([]string{"-chaos", "db-hang"}, io.Discard)
 	var ue *usageError
 	require.ErrorAs(t, err, &ue, "exit code 2")
 	assert.Contains(t, err.Error(), "-chaos db-hang needs -db postgres")
 
-	c, err = parseConfig([]string{"-chaos", "db-hang", "-db", "postgres", "-hang-for", "2s"}, io.Discard)
+	c, err = ParseConfig([]string{"-chaos", "db-hang", "-db", "postgres", "-hang-for", "2s"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, 2*64*3, c.Concurrency, "more buyers than the instances admit")
 	assert.GreaterOrEqual(t, c.Timeout, 7*time.Second, "a client timeout that outlives the hang")
-	assert.Equal(t, []string{"--max-purchases", "64"}, c.mode().args(c))
+	assert.Equal(t, []string{"--max-purchases", "64"}, c.mode().Args(c))
 }
 
 // -chaos redis-hang for real, 2s: redis-server is stopped and continued, lock+guard's figures
@@ -266,7 +266,7 @@ func TestHangModesConfig(t *testing.T) {
 func TestHangRedisRun(t *testing.T) {
 	needStorefront(t)
 	cfg := smallRun("lock+guard")
-	cfg.Chaos, cfg.HangFor, cfg.OnRedisDown, cfg.Lease = chaosRedisHang, 2*time.Second, "guard", time.Second
+	cfg.Chaos, cfg.HangFor, cfg.OnRedisDown, cfg.Lease = ChaosRedisHang, 2*time.Second, "guard", time.Second
 	cfg.Items, cfg.Stock, cfg.Hot, cfg.Concurrency = 2, 1_000_000, 0.8, 8
 	cfg.Requests, cfg.Duration = 0, hangWarmUp+hangHealthy+hangGap+cfg.HangFor+hangAfter
 	require.NoError(t, cfg.validate())
@@ -299,7 +299,7 @@ func TestHangRedisRun(t *testing.T) {
 func TestHangDBRun(t *testing.T) {
 	needStorefront(t)
 	cfg := smallRun("lock+guard")
-	cfg.Chaos, cfg.HangFor, cfg.DB, cfg.MaxPurchases, cfg.Lease = chaosDBHang, 2*time.Second, DBPostgres, 16, time.Second
+	cfg.Chaos, cfg.HangFor, cfg.DB, cfg.MaxPurchases, cfg.Lease = ChaosDBHang, 2*time.Second, DBPostgres, 16, time.Second
 	cfg.Items, cfg.Stock, cfg.Hot, cfg.Concurrency = 2, 1_000_000, 0.8, 2*16*3
 	cfg.Requests, cfg.Duration = 0, hangWarmUp+hangHealthy+hangGap+cfg.HangFor+hangAfter
 	require.NoError(t, cfg.validate())

@@ -22,7 +22,7 @@ func TestHistoryNaiveNotLinearizable(t *testing.T) {
 	needStorefront(t)
 	dir := t.TempDir()
 	cfg := smallRun("naive", "guard")
-	cfg.Instances, cfg.Requests, cfg.Reads, cfg.CheckTimeout = 2, 200, 0.2, defaultCheckTimeout
+	cfg.Instances, cfg.Requests, cfg.Reads, cfg.CheckTimeout = 2, 200, 0.2, DefaultCheckTimeout
 	cfg.HTMLFile = filepath.Join(dir, "report.html")
 	rep, err := Run(context.Background(), cfg, tlog{t})
 	require.NoError(t, err)
@@ -30,7 +30,7 @@ func TestHistoryNaiveNotLinearizable(t *testing.T) {
 
 	naive := res["naive"].History
 	require.NotNil(t, naive)
-	assert.Equal(t, histNotLinearizable, naive.Verdict, naive.Reason)
+	assert.Equal(t, NotLinearizable, naive.Verdict, naive.Reason)
 	assert.False(t, naive.Failed, "naive is not expected linearizable")
 	assert.Positive(t, naive.Reads)
 	assert.Equal(t, res["naive"].Reads, naive.Reads)
@@ -47,7 +47,7 @@ func TestHistoryNaiveNotLinearizable(t *testing.T) {
 
 	guard := res["guard"].History
 	require.NotNil(t, guard)
-	assert.Equal(t, histLinearizable, guard.Verdict, guard.Reason)
+	assert.Equal(t, Linearizable, guard.Verdict, guard.Reason)
 	assert.Equal(t, 0, rep.ExitCode)
 
 	var table bytes.Buffer
@@ -70,13 +70,13 @@ func TestHistoryLockGuardRefusalsTellTheTruth(t *testing.T) {
 	needStorefront(t)
 	cfg := smallRun("lock+guard")
 	cfg.Instances, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.Retry = 2, 20, 600, 32, 0
-	cfg.Work, cfg.Timeout, cfg.Reads, cfg.CheckTimeout = 100*time.Millisecond, 150*time.Millisecond, 0.2, defaultCheckTimeout
+	cfg.Work, cfg.Timeout, cfg.Reads, cfg.CheckTimeout = 100*time.Millisecond, 150*time.Millisecond, 0.2, DefaultCheckTimeout
 	cfg.JSONFile = filepath.Join(t.TempDir(), "report.json")
 	rep, err := Run(context.Background(), cfg, tlog{t})
 	require.NoError(t, err)
 	h := byStrategy(t, rep)["lock+guard"].History
 	require.NotNil(t, h)
-	assert.Equal(t, histLinearizable, h.Verdict, "%s (visualization: %v)", h.Reason, h.Items)
+	assert.Equal(t, Linearizable, h.Verdict, "%s (visualization: %v)", h.Reason, h.Items)
 }
 
 // TestFakeFalseRefusalsFailSafeStrategy: a server whose invariants hold but that answers sold
@@ -86,14 +86,14 @@ func TestFakeFalseRefusalsFailSafeStrategy(t *testing.T) {
 	f, srv := newFake(t, true)
 	f.liar = true
 	cfg := fakeConfig("guard")
-	cfg.Items, cfg.Stock, cfg.Requests, cfg.Reads, cfg.CheckTimeout = 1, 100, 60, 0.2, defaultCheckTimeout
+	cfg.Items, cfg.Stock, cfg.Requests, cfg.Reads, cfg.CheckTimeout = 1, 100, 60, 0.2, DefaultCheckTimeout
 	cfg.JSONFile = filepath.Join(t.TempDir(), "r.json")
 	rep, err := RunTargets(context.Background(), cfg, []string{srv.URL}, "t0k", nil, nil)
 	require.NoError(t, err)
 	g := rep.Strategies[0]
 	assert.Equal(t, verdict.Safe, g.Verdict, "the invariants hold: a refusal writes nothing")
 	require.NotNil(t, g.History)
-	assert.Equal(t, histNotLinearizable, g.History.Verdict, g.History.Reason)
+	assert.Equal(t, NotLinearizable, g.History.Verdict, g.History.Reason)
 	assert.True(t, g.History.Failed && g.Failed)
 	assert.Equal(t, 1, rep.ExitCode)
 	assert.Equal(t, []string{"guard"}, rep.Failed)
@@ -104,7 +104,7 @@ func TestFakeFalseRefusalsFailSafeStrategy(t *testing.T) {
 	f.liar = false
 	rep, err = RunTargets(context.Background(), cfg, []string{srv.URL}, "t0k", nil, nil)
 	require.NoError(t, err)
-	assert.Equal(t, histLinearizable, rep.Strategies[0].History.Verdict, rep.Strategies[0].History.Reason)
+	assert.Equal(t, Linearizable, rep.Strategies[0].History.Verdict, rep.Strategies[0].History.Reason)
 	assert.Positive(t, rep.Strategies[0].History.Reads)
 	assert.Equal(t, 0, rep.ExitCode)
 }

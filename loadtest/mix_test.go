@@ -46,7 +46,7 @@ func TestMixKindsOf(t *testing.T) {
 // do; a complete one passes.
 func TestJudgeMix(t *testing.T) {
 	s := &MixSchedule{Kinds: []string{mixPause, mixClock}, Fired: map[string]int{mixPause: 2}, Missed: []string{mixClock}, Rounds: 0}
-	res := &StrategyResult{Chaos: &ChaosEvent{Mode: chaosMix, Mix: s}}
+	res := &StrategyResult{Chaos: &Event{Mode: ChaosMix, Mix: s}}
 	missed := judgeMix(Config{}, res, time.Time{}, nil, false)
 	require.Len(t, missed, 1)
 	assert.Contains(t, missed[0], "missed clock")
@@ -63,27 +63,27 @@ func TestJudgeMix(t *testing.T) {
 // TestMixConfig: -chaos mix runs 60s with stock that lasts by default; -mix-gap and
 // -mix-rounds are checked.
 func TestMixConfig(t *testing.T) {
-	c, err := parseConfig([]string{"-chaos", "mix"}, io.Discard)
+	c, err := ParseConfig([]string{"-chaos", "mix"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, time.Minute, c.Duration)
 	assert.Zero(t, c.Requests)
 	assert.Equal(t, 1_000_000, c.Stock)
 	assert.Equal(t, 2*time.Minute, c.CheckTimeout)
-	assert.Equal(t, defaultMixGap, c.MixGap)
+	assert.Equal(t, DefaultMixGap, c.MixGap)
 	assert.Zero(t, c.MixRounds)
-	c, err = parseConfig([]string{"-chaos", "mix", "-duration", "20s", "-mix-gap", "300ms", "-mix-rounds", "2", "-stock", "50"}, io.Discard)
+	c, err = ParseConfig([]string{"-chaos", "mix", "-duration", "20s", "-mix-gap", "300ms", "-mix-rounds", "2", "-stock", "50"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, 20*time.Second, c.Duration)
 	assert.Equal(t, 50, c.Stock)
 	assert.Equal(t, 300*time.Millisecond, c.MixGap)
 	assert.Equal(t, 2, c.MixRounds)
-	_, err = parseConfig([]string{"-chaos", "mix", "-mix-gap", "5ms"}, io.Discard)
+	_, err = ParseConfig([]string{"-chaos", "mix", "-mix-gap", "5ms"}, io.Discard)
 	assert.EqualError(t, err, "-mix-gap must be 10ms..1m, got 5ms")
-	_, err = parseConfig([]string{"-chaos", "mix", "-mix-rounds", "-1"}, io.Discard)
+	_, err = ParseConfig([]string{"-chaos", "mix", "-mix-rounds", "-1"}, io.Discard)
 	assert.EqualError(t, err, "-mix-rounds must be 0..100, got -1")
-	_, err = parseConfig([]string{"-chaos", "pause", "-mix-rounds", "1"}, io.Discard)
+	_, err = ParseConfig([]string{"-chaos", "pause", "-mix-rounds", "1"}, io.Discard)
 	assert.EqualError(t, err, "-mix-rounds applies to -chaos mix")
-	_, err = parseConfig([]string{"-chaos", "mix", "-hang-for", "1s"}, io.Discard)
+	_, err = ParseConfig([]string{"-chaos", "mix", "-hang-for", "1s"}, io.Discard)
 	assert.NoError(t, err, "-hang-for is only checked for the hang modes")
 }
 
@@ -95,33 +95,33 @@ func TestResolveAmbiguous(t *testing.T) {
 	ctx := context.Background()
 	cfg := fakeConfig("guard")
 	cfg.Items, cfg.Stock = 1, 10
-	a := &api{base: srv.URL, token: "t0k", hc: newHTTPClient(4, 5*time.Second)}
-	defer a.hc.CloseIdleConnections()
+	a := &API{Base: srv.URL, Token: "t0k", HC: NewHTTPClient(4, 5*time.Second)}
+	defer a.HC.CloseIdleConnections()
 	items, err := resetCatalogue(ctx, cfg, a)
 	require.NoError(t, err)
-	w := &workload{cfg: cfg, apis: []*api{a}, items: items, strategy: "guard"}
+	w := &Workload{cfg: cfg, apis: []*API{a}, items: items, strategy: "guard"}
 	id := items[0].ID
 	// The orders exist: the server wrote them, then (as if its database restarted between the
 	// commit and its acknowledgement) the client got an error.
 	for _, key := range []string{"lost-commit", "sold-out-lie", "refused-lie"} {
-		r := a.purchase(ctx, purchaseReq{ItemID: id, Quantity: 1, Key: key, Strategy: "guard"})
+		r := a.Purchase(ctx, PurchaseReq{ItemID: id, Quantity: 1, Key: key, Strategy: "guard"})
 		require.Equal(t, 201, r.Status)
 	}
-	w.results = []*purchase{
-		{Key: "lost-commit", ItemID: id, Quantity: 1, Attempts: []purchaseResult{{Status: 503, Code: "unavailable"}}},
-		{Key: "sold-out-lie", ItemID: id, Quantity: 1, Attempts: []purchaseResult{{Status: 409, Code: "sold_out"}}},
-		{Key: "refused-lie", ItemID: id, Quantity: 1, Attempts: []purchaseResult{{Status: 503, Code: "at_capacity"}}},
-		{Key: "never-written", ItemID: id, Quantity: 1, Attempts: []purchaseResult{{Status: 500, Code: "internal"}}},
+	w.results = []*Purchase{
+		{Key: "lost-commit", ItemID: id, Quantity: 1, Attempts: []PurchaseResult{{Status: 503, Code: "unavailable"}}},
+		{Key: "sold-out-lie", ItemID: id, Quantity: 1, Attempts: []PurchaseResult{{Status: 409, Code: "sold_out"}}},
+		{Key: "refused-lie", ItemID: id, Quantity: 1, Attempts: []PurchaseResult{{Status: 503, Code: "at_capacity"}}},
+		{Key: "never-written", ItemID: id, Quantity: 1, Attempts: []PurchaseResult{{Status: 500, Code: "internal"}}},
 	}
-	orders, err := a.orders(ctx)
+	orders, err := a.Orders(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, 1, w.resolveAmbiguous(ctx, orders), "only the ambiguous answer with an order row is replayed")
+	assert.Equal(t, 1, w.ResolveAmbiguous(ctx, orders), "only the ambiguous answer with an order row is replayed")
 	require.Len(t, w.results[0].Replays, 1)
 	assert.Equal(t, 200, w.results[0].Replays[0].Status, "the replay finds the order")
 	assert.Empty(t, w.results[3].Replays, "no order row: nothing to resolve")
-	stats, err := a.stats(ctx)
+	stats, err := a.Stats(ctx)
 	require.NoError(t, err)
-	f := check("guard", w.results, stats, orders)
+	f := Check("guard", w.results, stats, orders)
 	assert.Equal(t, 2, f.OrdersWithout201, "the lies stay: %v", f.Violations)
 	for _, v := range f.Violations {
 		assert.NotContains(t, v, "lost-commit")
@@ -134,7 +134,7 @@ func TestVizPathsDifferPerRun(t *testing.T) {
 	cfg := Config{HTMLFile: "/tmp/r.html"}
 	plain := StrategyResult{Strategy: "lock+guard"}
 	slow := StrategyResult{Strategy: "lock+guard", Fault: " +20ms"}
-	a, b := vizPathFor(cfg, plain.Label())(7), vizPathFor(cfg, slow.Label())(7)
+	a, b := VizPath(cfg, plain.Label())(7), VizPath(cfg, slow.Label())(7)
 	assert.NotEqual(t, a, b)
 	assert.Equal(t, "/tmp/r-history-lock_guard-item-7.html", a)
 	assert.Equal(t, "/tmp/r-history-lock_guard__20ms-item-7.html", b)
@@ -143,7 +143,7 @@ func TestVizPathsDifferPerRun(t *testing.T) {
 // TestMixStrip: the HTML strip has a row per kind with its count, a bar per fault that began
 // (hollow when cut short), the missed kinds marked, every text escaped.
 func TestMixStrip(t *testing.T) {
-	ev := &ChaosEvent{Mode: chaosMix, Mix: &MixSchedule{
+	ev := &Event{Mode: ChaosMix, Mix: &MixSchedule{
 		Kinds: []string{mixPause, mixKill, mixClock}, Fired: map[string]int{mixPause: 1, mixKill: 1}, Missed: []string{mixClock},
 		Faults: []MixFault{
 			{Kind: mixPause, At: 1, End: 2.5, What: "pause: <instance 0>", Outcome: "fired"},
@@ -157,7 +157,7 @@ func TestMixStrip(t *testing.T) {
 	assert.Contains(t, svg, "&lt;instance 0&gt;")
 	assert.NotContains(t, svg, "<instance 0>")
 	assert.Contains(t, svg, `fill="none"`, "the fault cut short is hollow")
-	assert.Empty(t, mixStrip(&ChaosEvent{Mode: chaosPause}, 10))
+	assert.Empty(t, mixStrip(&Event{Mode: ChaosPause}, 10))
 }
 
 // TestChaosMixSchedule is the short schedule: -chaos mix with a half-second lease, faults
@@ -172,8 +172,8 @@ func TestChaosMixSchedule(t *testing.T) {
 	dir := t.TempDir()
 	run := func(t *testing.T, db string, strategies ...string) *Report {
 		cfg := smallRun(strategies...)
-		cfg.Chaos, cfg.DB, cfg.Lease, cfg.MixGap, cfg.MixRounds = chaosMix, db, 500*time.Millisecond, 200*time.Millisecond, 1
-		cfg.Requests, cfg.Duration, cfg.Stock, cfg.Reads, cfg.CheckTimeout = 0, 2*time.Second, 1_000_000, 0.1, defaultCheckTimeout
+		cfg.Chaos, cfg.DB, cfg.Lease, cfg.MixGap, cfg.MixRounds = ChaosMix, db, 500*time.Millisecond, 200*time.Millisecond, 1
+		cfg.Requests, cfg.Duration, cfg.Stock, cfg.Reads, cfg.CheckTimeout = 0, 2*time.Second, 1_000_000, 0.1, DefaultCheckTimeout
 		cfg.HTMLFile = filepath.Join(dir, db+".html")
 		require.NoError(t, cfg.validate())
 		rep, err := Run(context.Background(), cfg, tlog{t})
@@ -203,11 +203,11 @@ func TestChaosMixSchedule(t *testing.T) {
 			assert.Contains(t, ev.Timeline[len(ev.Timeline)-1].What, "every kind fired")
 			require.NotNil(t, s.History)
 			if s.Strategy == "naive" {
-				assert.True(t, s.Verdict != verdict.Safe || s.History.Verdict == histNotLinearizable, "naive is caught: %s, %s", s.Verdict, s.History.Verdict)
+				assert.True(t, s.Verdict != verdict.Safe || s.History.Verdict == NotLinearizable, "naive is caught: %s, %s", s.Verdict, s.History.Verdict)
 				continue
 			}
 			assert.Equal(t, verdict.Safe, s.Verdict, "%s: %v", s.Strategy, s.Violations)
-			assert.Equal(t, histLinearizable, s.History.Verdict, "%s: %s", s.Strategy, s.History.Reason)
+			assert.Equal(t, Linearizable, s.History.Verdict, "%s: %s", s.Strategy, s.History.Reason)
 			assert.False(t, s.Failed)
 		}
 		assert.Equal(t, 0, rep.ExitCode, rep.Failed)
@@ -222,7 +222,7 @@ func TestChaosMixSchedule(t *testing.T) {
 // table and the HTML report, not as a strategy that broke an invariant.
 func TestMissedScheduleReported(t *testing.T) {
 	miss := "the fault schedule missed clock: " + mixMissedHint
-	rep := &Report{Mode: "self-contained", Config: ReportConfig{Chaos: chaosMix}, Failed: []string{"guard"}, ExitCode: 1,
+	rep := &Report{Mode: "self-contained", Config: ReportConfig{Chaos: ChaosMix}, Failed: []string{"guard"}, ExitCode: 1,
 		Strategies: []StrategyResult{{Strategy: "guard", Verdict: verdict.Safe, ExpectedSafe: true, Failed: true,
 			Findings: verdict.Findings{Violations: []string{miss}}}}}
 	var out bytes.Buffer
@@ -244,7 +244,7 @@ func TestMissedScheduleReported(t *testing.T) {
 func TestRestartInstanceSamePort(t *testing.T) {
 	needStorefront(t)
 	ctx := context.Background()
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 1})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 1})
 	require.NoError(t, err)
 	defer cl.Close()
 	old := cl.Instances[0]
@@ -261,9 +261,9 @@ func TestRestartInstanceSamePort(t *testing.T) {
 	default:
 		t.Fatal("the killed process is not reaped")
 	}
-	a := &api{base: in.URL, hc: newHTTPClient(1, time.Second)}
-	defer a.hc.CloseIdleConnections()
-	require.NoError(t, a.ready(ctx))
+	a := &API{Base: in.URL, HC: NewHTTPClient(1, time.Second)}
+	defer a.HC.CloseIdleConnections()
+	require.NoError(t, a.Ready(ctx))
 }
 
 // TestRedisRestartEmptyAndFromSnapshot: a restart from the snapshot brings back what the last

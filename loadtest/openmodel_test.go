@@ -46,7 +46,7 @@ func TestArrivalSchedule(t *testing.T) {
 func TestQueuedFor(t *testing.T) {
 	intended := time.Now()
 	sent := intended.Add(30 * time.Millisecond)
-	r := purchaseResult{Start: sent, Latency: 5 * time.Millisecond}
+	r := PurchaseResult{Start: sent, Latency: 5 * time.Millisecond}
 	assert.Equal(t, 30*time.Millisecond, queuedFor(spec{intended: intended}, 0, r), "the first attempt counts from its intended start")
 	assert.Equal(t, time.Duration(0), queuedFor(spec{intended: intended, retry: true, seq: 1}, 1, r), "a copy sent after the answer counts from its send")
 	assert.Equal(t, 30*time.Millisecond, queuedFor(spec{intended: intended, retry: true, seq: 2}, 1, r), "a copy sent at once counts from the intended start")

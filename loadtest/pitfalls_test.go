@@ -51,28 +51,28 @@ func TestPitfallsScenario(t *testing.T) {
 	assert.Equal(t, [2]int{2, 1}, [2]int{carts[2].Sold, carts[2].Initial})
 	assert.Equal(t, map[string]int{"insufficient_stock": 1}, carts[3].Answers, carts[3].Detail)
 	assert.Equal(t, [2]int{0, 1}, [2]int{carts[3].Sold, carts[3].Initial})
-	assert.Equal(t, 0, writePitfalls(tlog{t}, rows))
+	assert.Equal(t, 0, WritePitfalls(tlog{t}, rows))
 }
 
 // The exit status of -scenario pitfalls: 1 as soon as one row did not show what it should (a
 // pitfall that did not fail, a fix that broke an invariant), with the row marked.
 func TestWritePitfallsExitStatus(t *testing.T) {
-	ok := pitfallRow{Case: "fixed-lease", Strategy: "fixed-lease", Role: rolePitfall, Expected: verdict.Oversold, Verdict: verdict.Oversold, OK: true, Lesson: "l"}
-	fix := pitfallRow{Case: "fixed-lease", Strategy: "lock+guard", Role: roleFix, Expected: verdict.Safe, Verdict: verdict.Safe, OK: true, Lesson: "l"}
+	ok := PitfallRow{Case: "fixed-lease", Strategy: "fixed-lease", Role: rolePitfall, Expected: verdict.Oversold, Verdict: verdict.Oversold, OK: true, Lesson: "l"}
+	fix := PitfallRow{Case: "fixed-lease", Strategy: "lock+guard", Role: roleFix, Expected: verdict.Safe, Verdict: verdict.Safe, OK: true, Lesson: "l"}
 	var out strings.Builder
-	assert.Equal(t, 0, writePitfalls(&out, []pitfallRow{ok, fix}))
+	assert.Equal(t, 0, WritePitfalls(&out, []PitfallRow{ok, fix}))
 	assert.NotContains(t, out.String(), "UNEXPECTED")
 
 	missed := ok
 	missed.Verdict, missed.OK = verdict.Safe, false // the pitfall did not show its failure
 	out.Reset()
-	assert.Equal(t, 1, writePitfalls(&out, []pitfallRow{missed, fix}))
+	assert.Equal(t, 1, WritePitfalls(&out, []PitfallRow{missed, fix}))
 	assert.Contains(t, out.String(), "SAFE  <- UNEXPECTED")
 
 	broken := fix
 	broken.Verdict, broken.OK = verdict.Oversold, false // the fix broke an invariant
 	out.Reset()
-	assert.Equal(t, 1, writePitfalls(&out, []pitfallRow{ok, broken}))
+	assert.Equal(t, 1, WritePitfalls(&out, []PitfallRow{ok, broken}))
 	assert.Equal(t, verdict.Blocked, scripted("setnx-expire")[0].Expected)
 	for _, row := range pitfallScript {
 		if row.Role == roleFix {

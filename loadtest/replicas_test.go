@@ -13,27 +13,27 @@ import (
 // that outlives the failover, and lock is then expected SAFE; without it, only the safe
 // class is. Other modes refuse it (their Redis has no replica).
 func TestFailoverLockReplicasConfig(t *testing.T) {
-	c, err := parseConfig([]string{"-chaos", "failover", "-lock-replicas", "1"}, io.Discard)
+	c, err := ParseConfig([]string{"-chaos", "failover", "-lock-replicas", "1"}, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"--lock-replicas", "1"}, c.mode().args(c))
+	assert.Equal(t, []string{"--lock-replicas", "1"}, c.mode().Args(c))
 	assert.Equal(t, 10*time.Second, c.Lease)
-	assert.True(t, c.mode().expectSafe(classLock))
-	assert.True(t, c.mode().expectSafe(classSafe))
+	assert.True(t, c.mode().ExpectSafe(ClassLock))
+	assert.True(t, c.mode().ExpectSafe(ClassSafe))
 
-	c, err = parseConfig([]string{"-chaos", "failover", "-lock-replicas", "1", "-lease", "3s"}, io.Discard)
+	c, err = ParseConfig([]string{"-chaos", "failover", "-lock-replicas", "1", "-lease", "3s"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, 3*time.Second, c.Lease, "a -lease given wins")
 
-	c, err = parseConfig([]string{"-chaos", "failover"}, io.Discard)
+	c, err = ParseConfig([]string{"-chaos", "failover"}, io.Discard)
 	require.NoError(t, err)
-	assert.Empty(t, c.mode().args(c))
+	assert.Empty(t, c.mode().Args(c))
 	assert.Equal(t, time.Second, c.Lease)
-	assert.False(t, c.mode().expectSafe(classLock), "without replicas the promoted replica misses the lock")
+	assert.False(t, c.mode().ExpectSafe(ClassLock), "without replicas the promoted replica misses the lock")
 
 	var ue *usageError
-	_, err = parseConfig([]string{"-chaos", "pause", "-lock-replicas", "1"}, io.Discard)
+	_, err = ParseConfig([]string{"-chaos", "pause", "-lock-replicas", "1"}, io.Discard)
 	require.ErrorAs(t, err, &ue, "exit code 2")
 	assert.Contains(t, err.Error(), "-lock-replicas applies to -chaos failover")
-	_, err = parseConfig([]string{"-chaos", "failover", "-lock-replicas", "2"}, io.Discard)
+	_, err = ParseConfig([]string{"-chaos", "failover", "-lock-replicas", "2"}, io.Discard)
 	require.ErrorAs(t, err, &ue)
 }

@@ -156,23 +156,23 @@ func TestFakeTimeoutsAreReconciled(t *testing.T) {
 }
 
 func TestSettled(t *testing.T) {
-	timeout := purchaseResult{Code: "timeout"}
-	busy := purchaseResult{Status: 503, Code: "lock_timeout"}
-	ok := purchaseResult{Status: 201}
+	timeout := PurchaseResult{Code: "timeout"}
+	busy := PurchaseResult{Status: 503, Code: "lock_timeout"}
+	ok := PurchaseResult{Status: 201}
 	for _, c := range []struct {
-		attempts, replays []purchaseResult
+		attempts, replays []PurchaseResult
 		want              bool
 	}{
-		{[]purchaseResult{ok}, nil, true},
-		{[]purchaseResult{busy}, nil, true},
-		{[]purchaseResult{timeout}, nil, false},
-		{[]purchaseResult{busy, timeout}, nil, false}, // the copy may have sold
-		{[]purchaseResult{timeout, ok}, nil, true},
-		{[]purchaseResult{timeout}, []purchaseResult{timeout}, false},
-		{[]purchaseResult{timeout}, []purchaseResult{timeout, busy}, true},
+		{[]PurchaseResult{ok}, nil, true},
+		{[]PurchaseResult{busy}, nil, true},
+		{[]PurchaseResult{timeout}, nil, false},
+		{[]PurchaseResult{busy, timeout}, nil, false}, // the copy may have sold
+		{[]PurchaseResult{timeout, ok}, nil, true},
+		{[]PurchaseResult{timeout}, []PurchaseResult{timeout}, false},
+		{[]PurchaseResult{timeout}, []PurchaseResult{timeout, busy}, true},
 	} {
-		p := &purchase{Attempts: c.attempts, Replays: c.replays}
-		assert.Equal(t, c.want, p.settled(), "%+v / %+v", c.attempts, c.replays)
+		p := &Purchase{Attempts: c.attempts, Replays: c.replays}
+		assert.Equal(t, c.want, p.Settled(), "%+v / %+v", c.attempts, c.replays)
 	}
 }
 
@@ -181,22 +181,22 @@ func TestSettled(t *testing.T) {
 // fence token written by two transactions, batch ids, is an order mismatch).
 func TestCheckWastedWorkAndTokens(t *testing.T) {
 	key := func(s string) *string { return &s }
-	ps := []*purchase{
-		{Key: "a", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{
-			{Status: 201, WorkMS: 20, Receipt: receipt{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}},
-			{Status: 200, WorkMS: 0, Receipt: receipt{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}}}},
-		{Key: "b", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{
-			{Status: 201, WorkMS: 20, Receipt: receipt{OrderID: 2, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}}}},
-		{Key: "c", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 409, Code: "sold_out", WorkMS: 20}}},
-		{Key: "d", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 409, Code: "sold_out"}}},
-		{Key: "e", ItemID: 1, Quantity: 1, Attempts: []purchaseResult{{Status: 503, Code: "lock_lost", WorkMS: 7.5}}},
+	ps := []*Purchase{
+		{Key: "a", ItemID: 1, Quantity: 1, Attempts: []PurchaseResult{
+			{Status: 201, WorkMS: 20, Receipt: Receipt{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}},
+			{Status: 200, WorkMS: 0, Receipt: Receipt{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}}}},
+		{Key: "b", ItemID: 1, Quantity: 1, Attempts: []PurchaseResult{
+			{Status: 201, WorkMS: 20, Receipt: Receipt{OrderID: 2, ItemID: 1, Quantity: 1, Strategy: "lock+guard"}}}},
+		{Key: "c", ItemID: 1, Quantity: 1, Attempts: []PurchaseResult{{Status: 409, Code: "sold_out", WorkMS: 20}}},
+		{Key: "d", ItemID: 1, Quantity: 1, Attempts: []PurchaseResult{{Status: 409, Code: "sold_out"}}},
+		{Key: "e", ItemID: 1, Quantity: 1, Attempts: []PurchaseResult{{Status: 503, Code: "lock_lost", WorkMS: 7.5}}},
 	}
 	stats := []ItemStats{{ItemID: 1, InitialStock: 2, Stock: 0, SoldUnits: 2, OrderCount: 2}}
-	oneBatch := []order{
+	oneBatch := []Order{
 		{OrderID: 1, ItemID: 1, Quantity: 1, Strategy: "lock+guard", FenceToken: 9, BatchID: 77, IdempotencyKey: key("a")},
 		{OrderID: 2, ItemID: 1, Quantity: 1, Strategy: "lock+guard", FenceToken: 9, BatchID: 77, IdempotencyKey: key("b")},
 	}
-	f := check("lock+guard", ps, stats, oneBatch)
+	f := Check("lock+guard", ps, stats, oneBatch)
 	assert.Equal(t, verdict.Safe, f.Verdict(), f.Violations)
 	assert.InDelta(t, 67.5, f.WorkSpentMS, 1e-9)
 	assert.InDelta(t, 27.5, f.WastedWorkMS, 1e-9)
@@ -204,9 +204,9 @@ func TestCheckWastedWorkAndTokens(t *testing.T) {
 	assert.Equal(t, 1, f.WriteTxs)
 	assert.InDelta(t, 2.0, f.MeanBatch, 1e-9, "two orders in one write transaction")
 
-	twoBatches := append([]order(nil), oneBatch...)
+	twoBatches := append([]Order(nil), oneBatch...)
 	twoBatches[1].BatchID = 78
-	f = check("lock+guard", ps, stats, twoBatches)
+	f = Check("lock+guard", ps, stats, twoBatches)
 	assert.Equal(t, 1, f.TokenRewrites)
 	assert.Equal(t, 2, f.WriteTxs)
 	assert.Equal(t, verdict.OrderMismatch, f.Verdict())
@@ -238,9 +238,9 @@ func TestExpectedSafe(t *testing.T) {
 		"redis-stock+guard": {Name: "redis-stock+guard", Safe: true, DemoOnly: true, RedisKeyPrefix: "p:stock:"},
 	}
 	expect := func(strategy, chaos string) bool {
-		m, ok := modeOf(chaos)
+		m, ok := ModeOf(chaos)
 		require.True(t, ok, chaos)
-		return m.expectSafe(classOf(described[strategy]))
+		return m.ExpectSafe(ClassOf(described[strategy]))
 	}
 	assert.False(t, expect("naive", ""))
 	assert.False(t, expect("local", ""), "nothing holds across processes")
@@ -261,20 +261,20 @@ func TestExpectedSafe(t *testing.T) {
 	assert.False(t, expect("redis-stock", "failover"), "a failover may lose the mirror's latest writes")
 	assert.True(t, expect("redis-stock", "partition"))
 	assert.True(t, expect("redis-stock+guard", "failover"))
-	assert.Equal(t, classUnprotected, classOf(described["naive"]))
-	assert.Equal(t, classMirror, classOf(described["redis-stock"]))
-	assert.Equal(t, classDemoLock, classOf(described["fixed-lease"]))
+	assert.Equal(t, ClassUnprotected, ClassOf(described["naive"]))
+	assert.Equal(t, ClassMirror, ClassOf(described["redis-stock"]))
+	assert.Equal(t, ClassDemoLock, ClassOf(described["fixed-lease"]))
 
 	offered := make([]storeapi.Strategy, 0, len(described))
 	for _, name := range []string{"naive", "local", "lock", "guard", "lock+guard", "fixed-lease", "optimistic"} {
 		offered = append(offered, described[name])
 	}
-	assert.Equal(t, []string{"naive", "local", "lock", "guard", "lock+guard"}, noChaos.defaultStrategies(offered),
+	assert.Equal(t, []string{"naive", "local", "lock", "guard", "lock+guard"}, noChaos.DefaultStrategies(offered),
 		"every strategy offered outside demo mode")
-	failover, _ := modeOf(chaosFailover)
-	assert.Equal(t, []string{"lock", "lock+guard"}, failover.defaultStrategies(offered), "those that take a lock")
-	pause, _ := modeOf(chaosPause)
-	assert.Equal(t, noChaos.defaultStrategies(offered), pause.defaultStrategies(offered), "a pause hits any serving instance")
+	failover, _ := ModeOf(ChaosFailover)
+	assert.Equal(t, []string{"lock", "lock+guard"}, failover.DefaultStrategies(offered), "those that take a lock")
+	pause, _ := ModeOf(ChaosPause)
+	assert.Equal(t, noChaos.DefaultStrategies(offered), pause.DefaultStrategies(offered), "a pause hits any serving instance")
 
 	picked, err := pickStrategies(Config{Strategies: []string{"guard", "fixed-lease"}}, noChaos, offered)
 	require.NoError(t, err)
@@ -288,16 +288,16 @@ func TestExpectedSafe(t *testing.T) {
 // TestChaosHelp: the -chaos help and its error message come from the table of modes.
 func TestChaosHelp(t *testing.T) {
 	for _, m := range chaosModes {
-		assert.Contains(t, chaosHelp(), fmt.Sprintf("%q %s", m.name, m.help))
-		assert.NotEmpty(t, m.safe, m.name)
-		assert.True(t, (m.inject == nil) != (m.second == nil), "%s: a fault during the run or a second run under it", m.name)
+		assert.Contains(t, Help(), fmt.Sprintf("%q %s", m.Name, m.Help))
+		assert.NotEmpty(t, m.Safe, m.Name)
+		assert.True(t, (m.inject == nil) != (m.Second == nil), "%s: a fault during the run or a second run under it", m.Name)
 	}
-	_, err := parseConfig([]string{"-chaos", "kill"}, io.Discard)
+	_, err := ParseConfig([]string{"-chaos", "kill"}, io.Discard)
 	assert.EqualError(t, err, `-chaos must be one of pause, failover, partition, latency, clock, mix, redis-hang, db-hang or none, got "kill"`)
-	c, err := parseConfig([]string{"-chaos", "none"}, io.Discard)
+	c, err := ParseConfig([]string{"-chaos", "none"}, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, chaosNone, c.Chaos)
-	c, err = parseConfig([]string{"-chaos", "partition"}, io.Discard)
+	assert.Equal(t, ChaosNone, c.Chaos)
+	c, err = ParseConfig([]string{"-chaos", "partition"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, 400*time.Millisecond, c.Lease, "partition: a short lease")
 	assert.Equal(t, 800*time.Millisecond, c.Work, "partition: a work twice the lease")
@@ -305,26 +305,26 @@ func TestChaosHelp(t *testing.T) {
 
 func TestParseConfig(t *testing.T) {
 	var sink bytes.Buffer
-	c, err := parseConfig(nil, &sink)
+	c, err := ParseConfig(nil, &sink)
 	require.NoError(t, err)
 	assert.Equal(t, 3, c.Instances)
 	assert.Nil(t, c.Strategies, "the chaos mode's default among the strategies the servers offer")
 	assert.Equal(t, []string{RouteRoundRobin}, c.Routes, "safety must not rest on routing: round-robin by default")
 
-	c, err = parseConfig([]string{"-route", "item"}, &sink)
+	c, err = ParseConfig([]string{"-route", "item"}, &sink)
 	require.NoError(t, err)
 	assert.Equal(t, []string{RouteItem}, c.Routes)
-	c, err = parseConfig([]string{"-route", "item, round-robin"}, &sink)
+	c, err = ParseConfig([]string{"-route", "item, round-robin"}, &sink)
 	require.NoError(t, err)
 	assert.Equal(t, []string{RouteItem, RouteRoundRobin}, c.Routes)
 
-	c, err = parseConfig([]string{"-chaos", "pause"}, &sink)
+	c, err = ParseConfig([]string{"-chaos", "pause"}, &sink)
 	require.NoError(t, err)
 	assert.Zero(t, c.Requests)
 	assert.Equal(t, 7*time.Second, c.Duration)
 	assert.GreaterOrEqual(t, c.Timeout, 8*time.Second, "requests to a paused instance outlive the pause")
 
-	c, err = parseConfig([]string{"-perf"}, &sink)
+	c, err = ParseConfig([]string{"-perf"}, &sink)
 	require.NoError(t, err)
 	assert.True(t, c.Perf)
 	assert.Equal(t, 64, c.Concurrency, "-perf: 64 closed-loop clients")
@@ -332,17 +332,17 @@ func TestParseConfig(t *testing.T) {
 	assert.Zero(t, c.Work, "-perf: no work")
 	assert.Equal(t, 3, c.Rounds)
 
-	c, err = parseConfig([]string{"-duration", "2s"}, &sink)
+	c, err = ParseConfig([]string{"-duration", "2s"}, &sink)
 	require.NoError(t, err)
 	assert.Zero(t, c.Requests)
 
-	c, err = parseConfig([]string{"-target", "http://localhost:8080/, http://[::1]:8081", "-admin-token", "x"}, &sink)
+	c, err = ParseConfig([]string{"-target", "http://localhost:8080/, http://[::1]:8081", "-admin-token", "x"}, &sink)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"http://localhost:8080", "http://[::1]:8081"}, c.Targets)
 
 	assert.Equal(t, DBSQLite, c.DB)
 	for _, db := range []string{"postgres", "sqlite", "postgres://u:p@127.0.0.1:5432/shop", "postgresql://u@localhost/shop?sslmode=disable"} {
-		c, err = parseConfig([]string{"-db", db}, &sink)
+		c, err = ParseConfig([]string{"-db", db}, &sink)
 		require.NoError(t, err, db)
 		assert.Equal(t, db, c.DB)
 	}
@@ -358,7 +358,7 @@ func TestParseConfig(t *testing.T) {
 		{"-route", "hash"}, {"-route", "item,item"}, {"-perf", "-route", "item"},
 		{"-perf", "-strategies", "guard"}, {"-perf", "-work", "1ms"}, {"-perf", "-rounds", "0"}, {"-perf", "-duration", "1ms"},
 	} {
-		_, err := parseConfig(args, &sink)
+		_, err := ParseConfig(args, &sink)
 		var ue *usageError
 		assert.True(t, errors.As(err, &ue), "%v: %v", args, err)
 	}

@@ -130,21 +130,21 @@ func TestRouteItemFailsOver(t *testing.T) {
 	f, live := newFake(t, true)
 	dead := httptest.NewServer(f)
 	dead.Close() // its port now refuses connections
-	hc := newHTTPClient(4, 5*time.Second)
+	hc := NewHTTPClient(4, 5*time.Second)
 	t.Cleanup(hc.CloseIdleConnections)
 	ctx := context.Background()
-	admin := &api{base: live.URL, token: "t0k", hc: hc}
-	require.NoError(t, admin.reset(ctx, []newItem{{SKU: "A", Name: "a", Stock: 5, PriceCents: 1}}))
-	items, err := admin.items(ctx)
+	admin := &API{Base: live.URL, Token: "t0k", HC: hc}
+	require.NoError(t, admin.Reset(ctx, []NewItem{{SKU: "A", Name: "a", Stock: 5, PriceCents: 1}}))
+	items, err := admin.Items(ctx)
 	require.NoError(t, err)
 	id := items[0].ID
 
-	w := &workload{apis: []*api{{base: dead.URL, hc: hc}, admin}, order: map[int64][]int{id: {0, 1}}}
-	r := w.send(ctx, spec{itemID: id, instance: 0}, purchaseReq{ItemID: id, Quantity: 1, Key: "k1"})
+	w := &Workload{apis: []*API{{Base: dead.URL, HC: hc}, admin}, order: map[int64][]int{id: {0, 1}}}
+	r := w.send(ctx, spec{itemID: id, instance: 0}, PurchaseReq{ItemID: id, Quantity: 1, Key: "k1"})
 	assert.Equal(t, http.StatusCreated, r.Status, "%v", r.Err)
 
 	w.order = nil
-	r = w.send(ctx, spec{itemID: id, instance: 0}, purchaseReq{ItemID: id, Quantity: 1, Key: "k2"})
+	r = w.send(ctx, spec{itemID: id, instance: 0}, PurchaseReq{ItemID: id, Quantity: 1, Key: "k2"})
 	assert.Zero(t, r.Status)
 	assert.ErrorIs(t, r.Err, syscall.ECONNREFUSED)
 }

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		skipReason = "self-contained runs take a while; skipped with -short"
 	} else if _, err := os.Stat(filepath.Join("..", "main.go")); err != nil {
 		skipReason = "the storefront's main.go is not there yet: self-contained runs skipped"
-	} else if storefrontBin, err = buildStorefront(ctx, "..", dir); err != nil {
+	} else if storefrontBin, err = BuildStorefront(ctx, "..", dir); err != nil {
 		skipReason = "the storefront does not build yet: " + err.Error()
 	}
 	cancel()
@@ -113,7 +113,7 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 	needStorefront(t)
 	ctx := context.Background()
 	cfg := smallRun("naive", "local", "lock", "guard", "lock+guard")
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3})
 	require.NoError(t, err)
 	pids := []int{cl.Redis.PID}
 	for _, in := range cl.Instances {
@@ -157,8 +157,8 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Len(t, back.Strategies, 5)
 	last := back.Strategies[4]
-	a := &api{base: cl.URLs()[1], hc: newHTTPClient(1, 5*time.Second)}
-	stats, err := a.stats(ctx)
+	a := &API{Base: cl.URLs()[1], HC: NewHTTPClient(1, 5*time.Second)}
+	stats, err := a.Stats(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, stats, last.Items)
 	sold := 0
@@ -168,7 +168,7 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 	assert.Equal(t, sold, last.SoldUnits)
 	assert.Equal(t, "lock+guard", last.Strategy)
 	assert.Equal(t, "self-contained", back.Mode)
-	a.hc.CloseIdleConnections()
+	a.HC.CloseIdleConnections()
 }
 
 // TestLocalIsSafeInOneProcess runs the whole self-contained path (Run) with one instance.
@@ -203,7 +203,7 @@ func TestChaosPauseBreaksLockNotLockGuard(t *testing.T) {
 	// the resumed holder puts stock back, which is then sold a second time.
 	cfg.Requests, cfg.Duration, cfg.Stock = 0, 3500*time.Millisecond, 40
 	require.NoError(t, cfg.validate())
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease})
 	require.NoError(t, err)
 	pids := []int{cl.Redis.PID}
 	for _, in := range cl.Instances {
@@ -313,7 +313,7 @@ func TestThreeInstancesOnPostgres(t *testing.T) {
 	needStorefront(t)
 	ctx := context.Background()
 	cfg := smallRun("naive", "local", "guard", "lock+guard")
-	cl, err := StartCluster(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, DB: DBPostgres})
+	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, DB: DBPostgres})
 	require.NoError(t, err)
 	require.NotNil(t, cl.Postgres)
 	pids := []int{cl.Redis.PID, cl.Postgres.PID()}
@@ -350,7 +350,7 @@ func TestPerfStructure(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("-perf needs redis-server (make deps installs it)")
 	}
-	cfg, err := parseConfig([]string{"-perf", "-duration", "300ms", "-rounds", "1", "-concurrency", "8", "-quiet"}, io.Discard)
+	cfg, err := ParseConfig([]string{"-perf", "-duration", "300ms", "-rounds", "1", "-concurrency", "8", "-quiet"}, io.Discard)
 	require.NoError(t, err)
 	cfg.Bin = storefrontBin
 	rep, err := RunPerf(t.Context(), cfg, tlog{t})

@@ -10,7 +10,7 @@ import (
 )
 
 func TestParseThreshold(t *testing.T) {
-	for expr, want := range map[string]threshold{
+	for expr, want := range map[string]Threshold{
 		"p99<200ms":   {Expr: "p99<200ms", Metric: "p99", Op: "<", Bound: 200},
 		"P50 <= 1.5s": {Expr: "P50<=1.5s", Metric: "p50", Op: "<=", Bound: 1500},
 		"max<80":      {Expr: "max<80", Metric: "max", Op: "<", Bound: 80},
@@ -18,12 +18,12 @@ func TestParseThreshold(t *testing.T) {
 		"errors<0.5":  {Expr: "errors<0.5", Metric: "errors", Op: "<", Bound: 0.5},
 		"rps>=500":    {Expr: "rps>=500", Metric: "rps", Op: ">=", Bound: 500},
 	} {
-		got, err := parseThreshold(expr)
+		got, err := ParseThreshold(expr)
 		require.NoError(t, err, expr)
 		assert.Equal(t, want, got, expr)
 	}
 	for _, bad := range []string{"", "p99", "<200ms", "p42<1s", "p99<", "p99<fast", "errors<-1%", "rps>lots", "p99=200ms"} {
-		_, err := parseThreshold(bad)
+		_, err := ParseThreshold(bad)
 		assert.Error(t, err, bad)
 	}
 }
@@ -31,11 +31,11 @@ func TestParseThreshold(t *testing.T) {
 func TestThresholdsHold(t *testing.T) {
 	s := StrategyResult{Strategy: "guard", Sends: 200, ReqPerSec: 450, Latency: Latency{P99: 180, Max: 250}}
 	s.ErrorsByCode = map[string]int{"timeout": 1, "lock_timeout": 2}
-	var ts thresholdList
+	var ts ThresholdList
 	require.NoError(t, ts.Set("p99<200ms, max<250ms"))
 	require.NoError(t, ts.Set("errors<1%"))
 	require.NoError(t, ts.Set("rps>400,max<=250ms"))
-	res, ok := checkThresholds(ts, []StrategyResult{s})
+	res, ok := CheckThresholds(ts, []StrategyResult{s})
 	assert.False(t, ok)
 	require.Len(t, res, 5)
 	assert.True(t, res[0].Passed, "p99 180 < 200")
@@ -44,19 +44,19 @@ func TestThresholdsHold(t *testing.T) {
 	assert.InDelta(t, 1.5, res[2].Value, 1e-9)
 	assert.True(t, res[3].Passed)
 	assert.True(t, res[4].Passed)
-	_, ok = checkThresholds(ts[:1], []StrategyResult{s})
+	_, ok = CheckThresholds(ts[:1], []StrategyResult{s})
 	assert.True(t, ok)
 }
 
 func TestParseConfigThresholds(t *testing.T) {
-	cfg, err := parseConfig([]string{"-threshold", "p99<200ms,errors<1%", "-threshold", "rps>10"}, nil)
+	cfg, err := ParseConfig([]string{"-threshold", "p99<200ms,errors<1%", "-threshold", "rps>10"}, nil)
 	require.NoError(t, err)
 	require.Len(t, cfg.Thresholds, 3)
 	assert.Equal(t, "rps", cfg.Thresholds[2].Metric)
-	_, err = parseConfig([]string{"-threshold", "p99<soon"}, nil)
+	_, err = ParseConfig([]string{"-threshold", "p99<soon"}, nil)
 	var ue *usageError
 	assert.ErrorAs(t, err, &ue)
-	_, err = parseConfig([]string{"-spike"}, nil)
+	_, err = ParseConfig([]string{"-spike"}, nil)
 	assert.ErrorAs(t, err, &ue, "-spike needs -rate")
 }
 
@@ -66,7 +66,7 @@ func TestMainThresholdExitCode(t *testing.T) {
 	_, srv := newFake(t, true)
 	args := []string{"-target", srv.URL, "-admin-token", "t0k", "-strategies", "guard", "-requests", "50", "-items", "1", "-stock", "10", "-work", "0s"}
 	var out, errb bytes.Buffer
-	assert.Equal(t, exitThreshold, Main(context.Background(), append(args, "-threshold", "p99<1us"), &out, &errb), errb.String())
+	assert.Equal(t, ExitThreshold, Main(context.Background(), append(args, "-threshold", "p99<1us"), &out, &errb), errb.String())
 	assert.Contains(t, errb.String(), "a -threshold was missed")
 	assert.Contains(t, out.String(), "MISSED")
 	out.Reset()
