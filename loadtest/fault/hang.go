@@ -38,6 +38,12 @@ const (
 	hangShedWithin = time.Second
 )
 
+// HangRunLength is how long a strategy's run under a hang of hangFor lasts by default: the
+// warm-up, the healthy window, the gap before the stop, the hang, and the recovery.
+func HangRunLength(hangFor time.Duration) time.Duration {
+	return hangWarmUp + hangHealthy + hangGap + hangFor + hangAfter
+}
+
 // The processes a hang stops.
 const (
 	hangRedis    = "redis"

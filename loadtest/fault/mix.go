@@ -42,8 +42,8 @@ func MixKinds() []string { return slices.Clone(mixKinds) }
 // DefaultMixGap is -mix-gap's default: the pause between two faults is drawn from [gap, 2*gap).
 const DefaultMixGap = time.Second
 
-// errCutShort is a fault that the end of the run interrupted: undone early, not counted as fired.
-var errCutShort = errors.New("cut short by the end of the run")
+// ErrCutShort is a fault that the end of the run interrupted: undone early, not counted as fired.
+var ErrCutShort = errors.New("cut short by the end of the run")
 
 // MixSchedule is what -chaos mix fired during one strategy's run. The schedule goes round the
 // kinds, each round in a new random order, so that every kind fires once before any fires
@@ -143,9 +143,9 @@ schedule:
 				f.What = ev.Timeline[first].What
 			}
 			switch {
-			case errors.Is(err, errCutShort):
-				f.Outcome = errCutShort.Error()
-				ev.mark(start, "%s %s", kind, errCutShort)
+			case errors.Is(err, ErrCutShort):
+				f.Outcome = ErrCutShort.Error()
+				ev.mark(start, "%s %s", kind, ErrCutShort)
 			case err != nil:
 				f.Outcome = err.Error()
 				sched.Failed[kind]++
@@ -158,7 +158,7 @@ schedule:
 				ev.FaultAt, ev.PausedAt = at, at
 			}
 			sched.Faults = append(sched.Faults, f)
-			if errors.Is(err, errCutShort) {
+			if errors.Is(err, ErrCutShort) {
 				break schedule
 			}
 		}

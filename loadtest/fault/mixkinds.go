@@ -95,7 +95,7 @@ func (m *Injection) pause() (float64, error) {
 	}
 	m.mark("pause: instance %d continued (SIGCONT)", i)
 	if !ok {
-		return at, errCutShort
+		return at, ErrCutShort
 	}
 	return at, nil
 }
@@ -145,7 +145,7 @@ func (m *Injection) redisSnapshot() (float64, error) {
 	}
 	at := m.mark("redis-restart-snapshot: SAVE wrote redis-server's snapshot (%d keys); the instances write on for %s, then the kill", keys, m.c.lease)
 	if !m.wait(m.c.lease) {
-		return at, errCutShort
+		return at, ErrCutShort
 	}
 	m.mark("redis-restart-snapshot: redis-server (pid %d) killed (SIGKILL)", rs.PID)
 	if err := rs.RestartFromSnapshot(); err != nil {
@@ -204,7 +204,7 @@ func (m *Injection) partitionFlap() (float64, error) {
 		}
 		if !ok {
 			m.mark("partition-flap: instance %d's link healed (%s)", i, strings.Join(steps, ", "))
-			return at, errCutShort
+			return at, ErrCutShort
 		}
 	}
 	m.mark("partition-flap: instance %d's link healed for good (%s)", i, strings.Join(steps, ", "))
@@ -231,7 +231,7 @@ func (m *Injection) latency() (float64, error) {
 	healAll()
 	m.mark("latency: removed")
 	if !ok {
-		return at, errCutShort
+		return at, ErrCutShort
 	}
 	return at, nil
 }

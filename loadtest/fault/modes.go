@@ -222,7 +222,7 @@ var chaosModes = []Mode{
 // that does not sell out; the storefront's default lease; under db-hang more clients than the
 // instances admit; a client timeout that outlives the hang.
 func hangDefaults(c *config.Config, set map[string]bool) {
-	faultDuration(c, set, hangWarmUp+hangHealthy+hangGap+c.HangFor+hangAfter)
+	faultDuration(c, set, HangRunLength(c.HangFor))
 	if !set["stock"] {
 		c.Stock = 1_000_000
 	}

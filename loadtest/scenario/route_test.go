@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bytes"
@@ -9,15 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/chash"
 	"github.com/stockguard/stockguard/internal/verdict"
+	"github.com/stockguard/stockguard/loadtest/config"
+	"github.com/stockguard/stockguard/loadtest/internal/testkit"
 )
 
 // TestFakeRouteItem runs guard and lock+guard both ways over three servers (one fake store):
@@ -25,7 +25,7 @@ import (
 // consistent hash picks; round-robin, the hot item reaches every server. The rows name their
 // route, and the table shows the mean batch and the ratios per route.
 func TestFakeRouteItem(t *testing.T) {
-	f, _ := newFake(t, true)
+	f, _ := testkit.NewFake(t, true)
 	type hit struct {
 		server int
 		item   string
@@ -52,7 +52,7 @@ func TestFakeRouteItem(t *testing.T) {
 	}
 	cfg := fakeConfig("guard", "lock+guard")
 	cfg.Items, cfg.Stock, cfg.Hot = 8, 30, 0.5
-	cfg.Routes = []string{RouteItem, RouteRoundRobin}
+	cfg.Routes = []string{config.RouteItem, config.RouteRoundRobin}
 	rep, err := RunTargets(context.Background(), cfg, urls, "t0k", nil, nil)
 	require.NoError(t, err)
 	require.Len(t, rep.Strategies, 4)
@@ -103,7 +103,7 @@ func TestFakeRouteItem(t *testing.T) {
 	// A strategy expected to break across processes that stays SAFE routed by item is named
 	// as such, once (the fake has no processes: local is SAFE both ways here).
 	cfg = fakeConfig("local")
-	cfg.Routes = []string{RouteItem, RouteRoundRobin}
+	cfg.Routes = []string{config.RouteItem, config.RouteRoundRobin}
 	rep, err = RunTargets(context.Background(), cfg, urls, "t0k", nil, nil)
 	require.NoError(t, err)
 	buf.Reset()
@@ -121,30 +121,4 @@ func minItem(items map[string]map[int]bool) int64 {
 		}
 	}
 	return low
-}
-
-// TestRouteItemFailsOver: routed by item, a purchase whose instance refuses the connection goes
-// to the next instance on the item's ring (nginx's proxy_next_upstream error); round-robin, it
-// fails.
-func TestRouteItemFailsOver(t *testing.T) {
-	f, live := newFake(t, true)
-	dead := httptest.NewServer(f)
-	dead.Close() // its port now refuses connections
-	hc := NewHTTPClient(4, 5*time.Second)
-	t.Cleanup(hc.CloseIdleConnections)
-	ctx := context.Background()
-	admin := &API{Base: live.URL, Token: "t0k", HC: hc}
-	require.NoError(t, admin.Reset(ctx, []NewItem{{SKU: "A", Name: "a", Stock: 5, PriceCents: 1}}))
-	items, err := admin.Items(ctx)
-	require.NoError(t, err)
-	id := items[0].ID
-
-	w := &Workload{apis: []*API{{Base: dead.URL, HC: hc}, admin}, order: map[int64][]int{id: {0, 1}}}
-	r := w.send(ctx, spec{itemID: id, instance: 0}, PurchaseReq{ItemID: id, Quantity: 1, Key: "k1"})
-	assert.Equal(t, http.StatusCreated, r.Status, "%v", r.Err)
-
-	w.order = nil
-	r = w.send(ctx, spec{itemID: id, instance: 0}, PurchaseReq{ItemID: id, Quantity: 1, Key: "k2"})
-	assert.Zero(t, r.Status)
-	assert.ErrorIs(t, r.Err, syscall.ECONNREFUSED)
 }

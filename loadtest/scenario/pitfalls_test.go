@@ -1,8 +1,7 @@
-package main
+package scenario
 
 import (
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -10,17 +9,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/verdict"
+	"github.com/stockguard/stockguard/loadtest/config"
+	"github.com/stockguard/stockguard/loadtest/internal/testkit"
+	"github.com/stockguard/stockguard/loadtest/report"
 )
 
 // TestPitfallsScenario runs -scenario pitfalls end to end (real storefront processes, a real
 // redis-server restarted from its snapshot): every pitfall shows its failure and every fix
 // holds, in the order of the table.
 func TestPitfallsScenario(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	_, err := exec.LookPath("redis-server")
 	require.NoError(t, err, "the scenario restarts a real redis-server from its snapshot (make test installs it)")
-	cfg := Config{Bin: storefrontBin, Instances: 3, Timeout: 10 * time.Second, Quiet: true}
-	rows, err := RunPitfalls(t.Context(), cfg, tlog{t})
+	cfg := config.Config{Bin: testkit.Storefront, Instances: 3, Timeout: 10 * time.Second, Quiet: true}
+	rows, err := RunPitfalls(t.Context(), cfg, testkit.Tlog{T: t})
 	require.NoError(t, err)
 	want := []struct{ strategy, verdict string }{
 		{"setnx-expire", verdict.Blocked}, {"lock", verdict.Safe},
@@ -51,31 +53,15 @@ func TestPitfallsScenario(t *testing.T) {
 	assert.Equal(t, [2]int{2, 1}, [2]int{carts[2].Sold, carts[2].Initial})
 	assert.Equal(t, map[string]int{"insufficient_stock": 1}, carts[3].Answers, carts[3].Detail)
 	assert.Equal(t, [2]int{0, 1}, [2]int{carts[3].Sold, carts[3].Initial})
-	assert.Equal(t, 0, WritePitfalls(tlog{t}, rows))
+	assert.Equal(t, 0, report.WritePitfalls(testkit.Tlog{T: t}, rows))
 }
 
-// The exit status of -scenario pitfalls: 1 as soon as one row did not show what it should (a
-// pitfall that did not fail, a fix that broke an invariant), with the row marked.
+// TestWritePitfallsExitStatus: the script expects each pitfall's failure and that every fix
+// holds (the table's exit status: TestWritePitfallsExitStatus in package report).
 func TestWritePitfallsExitStatus(t *testing.T) {
-	ok := PitfallRow{Case: "fixed-lease", Strategy: "fixed-lease", Role: rolePitfall, Expected: verdict.Oversold, Verdict: verdict.Oversold, OK: true, Lesson: "l"}
-	fix := PitfallRow{Case: "fixed-lease", Strategy: "lock+guard", Role: roleFix, Expected: verdict.Safe, Verdict: verdict.Safe, OK: true, Lesson: "l"}
-	var out strings.Builder
-	assert.Equal(t, 0, WritePitfalls(&out, []PitfallRow{ok, fix}))
-	assert.NotContains(t, out.String(), "UNEXPECTED")
-
-	missed := ok
-	missed.Verdict, missed.OK = verdict.Safe, false // the pitfall did not show its failure
-	out.Reset()
-	assert.Equal(t, 1, WritePitfalls(&out, []PitfallRow{missed, fix}))
-	assert.Contains(t, out.String(), "SAFE  <- UNEXPECTED")
-
-	broken := fix
-	broken.Verdict, broken.OK = verdict.Oversold, false // the fix broke an invariant
-	out.Reset()
-	assert.Equal(t, 1, WritePitfalls(&out, []PitfallRow{ok, broken}))
 	assert.Equal(t, verdict.Blocked, scripted("setnx-expire")[0].Expected)
 	for _, row := range pitfallScript {
-		if row.Role == roleFix {
+		if row.Role == "fix" {
 			assert.Equal(t, verdict.Safe, row.Expected, "%s %s: a fix holds", row.Case, row.Strategy)
 		}
 	}

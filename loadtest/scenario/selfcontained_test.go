@@ -1,94 +1,36 @@
-package main
+package scenario
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/stockguard/stockguard/internal/verdict"
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/cluster"
+	"github.com/stockguard/stockguard/loadtest/config"
+	"github.com/stockguard/stockguard/loadtest/internal/testkit"
+	"github.com/stockguard/stockguard/loadtest/report"
 )
-
-// storefrontBin is the storefront built once by TestMain; skipReason says why it is missing.
-var storefrontBin, skipReason string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "loadtest-bin-*")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	if testing.Short() {
-		skipReason = "self-contained runs take a while; skipped with -short"
-	} else if _, err := os.Stat(filepath.Join("..", "main.go")); err != nil {
-		skipReason = "the storefront's main.go is not there yet: self-contained runs skipped"
-	} else if storefrontBin, err = BuildStorefront(ctx, "..", dir); err != nil {
-		skipReason = "the storefront does not build yet: " + err.Error()
-	}
-	cancel()
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func needStorefront(t *testing.T) {
-	t.Helper()
-	if storefrontBin == "" {
-		t.Skip(skipReason)
-	}
-}
-
-// tlog sends progress lines to the test log.
-type tlog struct{ t *testing.T }
-
-func (w tlog) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // smallRun is the workload of the tests: one hot item, a 20 ms work delay so the races are not
 // left to chance, a few hundred purchases.
-func smallRun(strategies ...string) Config {
-	return Config{Bin: storefrontBin, Instances: 3, Strategies: strategies, Items: 1, Stock: 40, Requests: 300,
+func smallRun(strategies ...string) config.Config {
+	return config.Config{Bin: testkit.Storefront, Instances: 3, Strategies: strategies, Items: 1, Stock: 40, Requests: 300,
 		Concurrency: 12, Quantity: 1, Hot: 1, Retry: 0.05, Work: 20 * time.Millisecond, Timeout: 10 * time.Second,
 		Seed: 7}
 }
 
-// assertGone checks that every process of the run has exited.
-func assertGone(t *testing.T, pids ...int) {
-	t.Helper()
-	for _, pid := range pids {
-		if pid == 0 {
-			continue
-		}
-		err := syscall.Kill(pid, 0)
-		assert.True(t, errors.Is(err, syscall.ESRCH), "process %d still exists (kill 0: %v)", pid, err)
-	}
-}
-
-func reportPIDs(rep *Report) []int {
+func reportPIDs(rep *report.Report) []int {
 	pids := []int{rep.RedisPID}
 	for _, in := range rep.Instances {
 		pids = append(pids, in.PID)
@@ -96,9 +38,9 @@ func reportPIDs(rep *Report) []int {
 	return pids
 }
 
-func byStrategy(t *testing.T, rep *Report) map[string]StrategyResult {
+func byStrategy(t *testing.T, rep *report.Report) map[string]report.StrategyResult {
 	t.Helper()
-	out := map[string]StrategyResult{}
+	out := map[string]report.StrategyResult{}
 	for _, s := range rep.Strategies {
 		out[s.Strategy] = s
 		t.Logf("%-10s verdict=%-14s sold=%d/%d oversold=%d lost=%d errors=%v chaos=%v", s.Strategy, s.Verdict,
@@ -110,10 +52,10 @@ func byStrategy(t *testing.T, rep *Report) map[string]StrategyResult {
 // TestThreeInstancesCompareStrategies runs all five strategies over three processes, then checks
 // the JSON report against the servers' own /api/stats while they still run.
 func TestThreeInstancesCompareStrategies(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	ctx := context.Background()
 	cfg := smallRun("naive", "local", "lock", "guard", "lock+guard")
-	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3})
+	cl, err := cluster.Start(ctx, cluster.Config{Bin: testkit.Storefront, Instances: 3})
 	require.NoError(t, err)
 	pids := []int{cl.Redis.PID}
 	for _, in := range cl.Instances {
@@ -121,12 +63,12 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 	}
 	defer func() {
 		cl.Close()
-		assertGone(t, pids...)
+		testkit.AssertGone(t, pids...)
 		_, err := os.Stat(cl.Dir)
 		assert.True(t, os.IsNotExist(err), "temporary directory removed")
 	}()
 
-	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, testkit.Tlog{T: t})
 	require.NoError(t, err)
 	res := byStrategy(t, rep)
 	assert.Equal(t, verdict.Oversold, res["naive"].Verdict)
@@ -153,11 +95,11 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 	require.NoError(t, rep.WriteJSON(path))
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var back Report
+	var back report.Report
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Len(t, back.Strategies, 5)
 	last := back.Strategies[4]
-	a := &API{Base: cl.URLs()[1], HC: NewHTTPClient(1, 5*time.Second)}
+	a := &client.API{Base: cl.URLs()[1], HC: client.NewHTTPClient(1, 5*time.Second)}
 	stats, err := a.Stats(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, stats, last.Items)
@@ -173,16 +115,16 @@ func TestThreeInstancesCompareStrategies(t *testing.T) {
 
 // TestLocalIsSafeInOneProcess runs the whole self-contained path (Run) with one instance.
 func TestLocalIsSafeInOneProcess(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	cfg := smallRun("local")
 	cfg.Instances = 1
-	rep, err := Run(context.Background(), cfg, tlog{t})
+	rep, err := Run(context.Background(), cfg, testkit.Tlog{T: t})
 	require.NoError(t, err)
 	res := byStrategy(t, rep)
 	assert.Equal(t, verdict.Safe, res["local"].Verdict, res["local"].Violations)
 	assert.Equal(t, cfg.Stock, res["local"].SoldUnits)
 	assert.Len(t, rep.Instances, 1)
-	assertGone(t, reportPIDs(rep)...)
+	testkit.AssertGone(t, reportPIDs(rep)...)
 }
 
 // TestChaosPauseBreaksLockNotLockGuard pauses the hot item's lock holder past its lease: the
@@ -195,29 +137,29 @@ func TestLocalIsSafeInOneProcess(t *testing.T) {
 // gets up to eight short runs (lease 500ms, pause 1.5s, 3.5s each) to show it: the chance
 // that all eight stay SAFE is below 1%.
 func TestChaosPauseBreaksLockNotLockGuard(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	ctx := context.Background()
 	cfg := smallRun("lock+guard")
 	cfg.Chaos, cfg.Lease = "pause", 500*time.Millisecond
 	// The hot item sells out during the pause, and the run goes on after it: a stale write of
 	// the resumed holder puts stock back, which is then sold a second time.
 	cfg.Requests, cfg.Duration, cfg.Stock = 0, 3500*time.Millisecond, 40
-	require.NoError(t, cfg.validate())
-	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease})
+	require.NoError(t, validate(&cfg))
+	cl, err := cluster.Start(ctx, cluster.Config{Bin: testkit.Storefront, Instances: 3, Lease: cfg.Lease})
 	require.NoError(t, err)
 	pids := []int{cl.Redis.PID}
 	for _, in := range cl.Instances {
 		pids = append(pids, in.PID())
 	}
-	defer func() { cl.Close(); assertGone(t, pids...) }()
+	defer func() { cl.Close(); testkit.AssertGone(t, pids...) }()
 
-	checkPause := func(s StrategyResult) {
+	checkPause := func(s report.StrategyResult) {
 		t.Helper()
 		require.NotNil(t, s.Chaos, s.Strategy)
 		assert.True(t, s.Chaos.Paused && s.Chaos.Confirmed, "%s: %s", s.Strategy, s.Chaos)
 		assert.InDelta(t, 1.5, s.Chaos.ResumedAt-s.Chaos.PausedAt, 0.3, "paused for 3x the lease")
 	}
-	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, testkit.Tlog{T: t})
 	require.NoError(t, err)
 	lg := byStrategy(t, rep)["lock+guard"]
 	checkPause(lg)
@@ -226,10 +168,10 @@ func TestChaosPauseBreaksLockNotLockGuard(t *testing.T) {
 	assert.Equal(t, 0, rep.ExitCode)
 
 	cfg.Strategies = []string{"lock"}
-	var lock StrategyResult
+	var lock report.StrategyResult
 	for run := 1; run <= 8; run++ {
 		cfg.Seed++
-		rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+		rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, testkit.Tlog{T: t})
 		require.NoError(t, err)
 		lock = byStrategy(t, rep)["lock"]
 		checkPause(lock)
@@ -243,46 +185,20 @@ func TestChaosPauseBreaksLockNotLockGuard(t *testing.T) {
 	assert.Positive(t, lock.OversoldUnits)
 }
 
-// children lists the live child processes of this test binary with their state letter (R, S,
-// T for stopped...), from /proc.
-func children(t *testing.T) map[int]string {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	out := map[int]string{}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may hold spaces, so split after the last ')'.
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		var pid, ppid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || len(fields) < 2 {
-			continue
-		}
-		if _, err := fmt.Sscan(fields[1], &ppid); err == nil && ppid == os.Getpid() && fields[0] != "Z" {
-			out[pid] = fields[0]
-		}
-	}
-	return out
-}
-
 // TestInterruptStopsEverything cancels a chaos run while an instance is stopped (as Ctrl-C does
 // through signal.NotifyContext): Run returns at once, and every process it started is gone.
 func TestInterruptStopsEverything(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	cfg := smallRun("lock")
 	cfg.Chaos, cfg.Lease = "pause", time.Second
 	cfg.Requests, cfg.Duration = 0, 20*time.Second
-	require.NoError(t, cfg.validate())
+	require.NoError(t, validate(&cfg))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	seen := make(chan map[int]string, 1)
 	go func() { // owner: this test; ends when it cancels or Run returns (ctx cancelled by defer)
 		for ctx.Err() == nil {
-			kids := children(t)
+			kids := testkit.Children(t)
 			for _, state := range kids {
 				if state == "T" { // the chaos pause is on
 					seen <- kids
@@ -294,15 +210,15 @@ func TestInterruptStopsEverything(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	_, err := Run(ctx, cfg, tlog{t})
+	_, err := Run(ctx, cfg, testkit.Tlog{T: t})
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Less(t, time.Since(start), 15*time.Second, "the run stops at once")
 	kids := <-seen
 	assert.Len(t, kids, 4, "redis-server and three storefronts")
 	for pid := range kids {
-		assertGone(t, pid)
+		testkit.AssertGone(t, pid)
 	}
-	assert.Empty(t, children(t))
+	assert.Empty(t, testkit.Children(t))
 }
 
 // TestThreeInstancesOnPostgres is the comparison with -db postgres: the three instances share a
@@ -310,10 +226,10 @@ func TestInterruptStopsEverything(t *testing.T) {
 // naive and local oversell (their reads are outside the write transaction), the guarded
 // strategies are safe.
 func TestThreeInstancesOnPostgres(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	ctx := context.Background()
 	cfg := smallRun("naive", "local", "guard", "lock+guard")
-	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, DB: DBPostgres})
+	cl, err := cluster.Start(ctx, cluster.Config{Bin: testkit.Storefront, Instances: 3, DB: cluster.DBPostgres})
 	require.NoError(t, err)
 	require.NotNil(t, cl.Postgres)
 	pids := []int{cl.Redis.PID, cl.Postgres.PID()}
@@ -323,13 +239,13 @@ func TestThreeInstancesOnPostgres(t *testing.T) {
 	pgDir := cl.Postgres.Dir
 	defer func() {
 		cl.Close()
-		assertGone(t, pids...)
+		testkit.AssertGone(t, pids...)
 		assert.NoDirExists(t, pgDir, "the PostgreSQL cluster is removed")
 	}()
 
-	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, testkit.Tlog{T: t})
 	require.NoError(t, err)
-	assert.Equal(t, DBPostgres, rep.DB)
+	assert.Equal(t, cluster.DBPostgres, rep.DB)
 	res := byStrategy(t, rep)
 	for _, s := range []string{"naive", "local"} {
 		assert.Equal(t, verdict.Oversold, res[s].Verdict, s)
@@ -346,14 +262,14 @@ func TestThreeInstancesOnPostgres(t *testing.T) {
 // measured and answered with sales only, the ratios are there, the JSON report parses. It
 // asserts structure, never speed.
 func TestPerfStructure(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("-perf needs redis-server (make deps installs it)")
 	}
 	cfg, err := ParseConfig([]string{"-perf", "-duration", "300ms", "-rounds", "1", "-concurrency", "8", "-quiet"}, io.Discard)
 	require.NoError(t, err)
-	cfg.Bin = storefrontBin
-	rep, err := RunPerf(t.Context(), cfg, tlog{t})
+	cfg.Bin = testkit.Storefront
+	rep, err := RunPerf(t.Context(), cfg, testkit.Tlog{T: t})
 	require.NoError(t, err)
 	require.Len(t, rep.Rows, len(perfScenarios)*len(perfTargets))
 	for i, row := range rep.Rows {
@@ -379,7 +295,9 @@ func TestPerfStructure(t *testing.T) {
 	require.NoError(t, rep.WriteJSON(path))
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var back PerfReport
+	var back report.PerfReport
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.Equal(t, rep.Rows, back.Rows)
 }
+
+func TestMain(m *testing.M) { os.Exit(testkit.Main(m, filepath.Join("..", ".."))) }

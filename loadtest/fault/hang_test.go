@@ -1,28 +1,28 @@
-package main
+package fault
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/config"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // hangSample builds the purchases of a synthetic hang run: one attempt every 10ms per
 // instance (3 instances) from 0 to 10s; answer(at) decides each one.
-func hangSample(start time.Time, answer func(at time.Duration, instance int) PurchaseResult) []*Purchase {
-	var out []*Purchase
+func hangSample(start time.Time, answer func(at time.Duration, instance int) client.PurchaseResult) []*client.Purchase {
+	var out []*client.Purchase
 	for at := time.Duration(0); at < 10*time.Second; at += 10 * time.Millisecond {
 		for in := 0; in < 3; in++ {
 			r := answer(at, in)
 			r.Start = start.Add(at)
-			out = append(out, &Purchase{Instance: in, Attempts: []PurchaseResult{r}})
+			out = append(out, &client.Purchase{Instance: in, Attempts: []client.PurchaseResult{r}})
 		}
 	}
 	return out
@@ -35,23 +35,23 @@ func redisHangEvent(policy string) *Event {
 
 // A well-behaved run under guard: 20ms answers healthy, 60ms degraded sales while Redis hangs,
 // locked again 100ms after the SIGCONT.
-func guardAnswer(at time.Duration, _ int) PurchaseResult {
+func guardAnswer(at time.Duration, _ int) client.PurchaseResult {
 	switch {
 	case at >= 2500*time.Millisecond && at < 6500*time.Millisecond:
-		return PurchaseResult{Status: 201, Latency: 60 * time.Millisecond, Receipt: Receipt{Degraded: true}}
+		return client.PurchaseResult{Status: 201, Latency: 60 * time.Millisecond, Receipt: client.Receipt{Degraded: true}}
 	case at >= 6500*time.Millisecond && at < 6600*time.Millisecond:
-		return PurchaseResult{Status: 201, Latency: 5 * time.Millisecond, Receipt: Receipt{Degraded: true}}
+		return client.PurchaseResult{Status: 201, Latency: 5 * time.Millisecond, Receipt: client.Receipt{Degraded: true}}
 	}
-	return PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
+	return client.PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
 }
 
 // The figures of -chaos redis-hang and the verdict, from synthetic answers: each target
 // missed is named, and only those.
 func TestHangRedisVerdict(t *testing.T) {
 	start := time.Now()
-	figures := func(policy string, takesLock bool, oversold int, answer func(time.Duration, int) PurchaseResult) *HangFigures {
+	figures := func(policy string, takesLock bool, oversold int, answer func(time.Duration, int) client.PurchaseResult) *HangFigures {
 		ev := redisHangEvent(policy)
-		return hangFigures(ev, Config{}, takesLock, start, hangSample(start, answer), 3, oversold, false)
+		return hangFigures(ev, config.Config{}, takesLock, start, hangSample(start, answer), 3, oversold, false)
 	}
 	h := figures("guard", true, 0, guardAnswer)
 	assert.Equal(t, 600, h.Healthy.Sent, "[0.5s, 2.5s): 200 per instance")
@@ -68,16 +68,16 @@ func TestHangRedisVerdict(t *testing.T) {
 
 	// A purchase sent just before the SIGCONT and served after it by the Redis that answers
 	// again, under a fresh lock, is no sale of the hang.
-	late := figures("guard", true, 0, func(at time.Duration, in int) PurchaseResult {
+	late := figures("guard", true, 0, func(at time.Duration, in int) client.PurchaseResult {
 		if at >= 6490*time.Millisecond && at < 6500*time.Millisecond {
-			return PurchaseResult{Status: 201, Latency: 30 * time.Millisecond, Receipt: Receipt{FenceToken: 99}}
+			return client.PurchaseResult{Status: 201, Latency: 30 * time.Millisecond, Receipt: client.Receipt{FenceToken: 99}}
 		}
 		return guardAnswer(at, in)
 	})
 	assert.Zero(t, late.NewLocks)
 	assert.Empty(t, late.Misses)
 
-	slow := figures("guard", true, 0, func(at time.Duration, in int) PurchaseResult {
+	slow := figures("guard", true, 0, func(at time.Duration, in int) client.PurchaseResult {
 		r := guardAnswer(at, in)
 		if at >= 2500*time.Millisecond && at < 6500*time.Millisecond && in == 0 {
 			r.Latency = 300 * time.Millisecond // p99 300ms > max(3x 20ms, 250ms)
@@ -87,14 +87,14 @@ func TestHangRedisVerdict(t *testing.T) {
 	require.Len(t, slow.Misses, 1, slow.Misses)
 	assert.Contains(t, slow.Misses[0], "hung p99 300ms > max(3x healthy p99 20ms, 250ms)")
 
-	broken := figures("guard", true, 2, func(at time.Duration, in int) PurchaseResult {
+	broken := figures("guard", true, 2, func(at time.Duration, in int) client.PurchaseResult {
 		switch {
 		case at >= 4500*time.Millisecond && at < 4600*time.Millisecond && in == 1:
-			return PurchaseResult{Status: 503, Code: "unavailable", Latency: time.Millisecond}
+			return client.PurchaseResult{Status: 503, Code: "unavailable", Latency: time.Millisecond}
 		case at >= 5*time.Second && at < 5010*time.Millisecond:
-			return PurchaseResult{Status: 201, Latency: time.Millisecond, Receipt: Receipt{FenceToken: 99}} // not degraded, a lock taken meanwhile
+			return client.PurchaseResult{Status: 201, Latency: time.Millisecond, Receipt: client.Receipt{FenceToken: 99}} // not degraded, a lock taken meanwhile
 		case at >= 6500*time.Millisecond:
-			return PurchaseResult{Status: 201, Latency: 5 * time.Millisecond, Receipt: Receipt{Degraded: true}} // never locked again
+			return client.PurchaseResult{Status: 201, Latency: 5 * time.Millisecond, Receipt: client.Receipt{Degraded: true}} // never locked again
 		}
 		return guardAnswer(at, in)
 	})
@@ -112,8 +112,8 @@ func TestHangRedisVerdict(t *testing.T) {
 	assert.Contains(t, broken.verdictLine(), "MISSED: ")
 
 	// A strategy that takes no lock sells nothing degraded and has no lock to take back.
-	noLock := figures("guard", false, 0, func(at time.Duration, _ int) PurchaseResult {
-		return PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
+	noLock := figures("guard", false, 0, func(at time.Duration, _ int) client.PurchaseResult {
+		return client.PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
 	})
 	assert.Empty(t, noLock.Misses)
 
@@ -125,22 +125,22 @@ func TestHangRedisVerdict(t *testing.T) {
 	assert.Empty(t, judgeRedisHang(lowRate))
 
 	// Under fail: every answer of the hung window a 503 within a second.
-	failAnswer := func(at time.Duration, in int) PurchaseResult {
+	failAnswer := func(at time.Duration, in int) client.PurchaseResult {
 		if at >= 2500*time.Millisecond && at < 6500*time.Millisecond {
-			return PurchaseResult{Status: 503, Code: "unavailable", Latency: 250 * time.Millisecond}
+			return client.PurchaseResult{Status: 503, Code: "unavailable", Latency: 250 * time.Millisecond}
 		}
 		return guardAnswer(at, in)
 	}
 	fail := figures("fail", true, 0, failAnswer)
 	assert.Empty(t, fail.Misses)
 	assert.InDelta(t, 250, fail.Hung.Slowest503, 0.01)
-	fail = figures("fail", true, 0, func(at time.Duration, in int) PurchaseResult {
+	fail = figures("fail", true, 0, func(at time.Duration, in int) client.PurchaseResult {
 		r := failAnswer(at, in)
 		if at >= 5*time.Second && at < 5100*time.Millisecond && in == 2 {
 			r.Latency = 1200 * time.Millisecond
 		}
 		if at >= 6*time.Second && at < 6010*time.Millisecond {
-			r = PurchaseResult{Status: 201, Latency: time.Millisecond, Receipt: Receipt{Degraded: true}}
+			r = client.PurchaseResult{Status: 201, Latency: time.Millisecond, Receipt: client.Receipt{Degraded: true}}
 		}
 		return r
 	})
@@ -159,18 +159,18 @@ func TestHangDBVerdict(t *testing.T) {
 	}
 	// While the database hangs, instance i admits (and keeps waiting) the purchases sent in
 	// its first admitted*10ms, and sheds the others in 2ms.
-	answer := func(admitted int, shedIn time.Duration) func(time.Duration, int) PurchaseResult {
-		return func(at time.Duration, in int) PurchaseResult {
+	answer := func(admitted int, shedIn time.Duration) func(time.Duration, int) client.PurchaseResult {
+		return func(at time.Duration, in int) client.PurchaseResult {
 			switch {
 			case at >= 2500*time.Millisecond && at < 2500*time.Millisecond+time.Duration(admitted)*10*time.Millisecond:
-				return PurchaseResult{Status: 201, Latency: 6500*time.Millisecond - at + 30*time.Millisecond}
+				return client.PurchaseResult{Status: 201, Latency: 6500*time.Millisecond - at + 30*time.Millisecond}
 			case at >= 2500*time.Millisecond && at < 6500*time.Millisecond:
-				return PurchaseResult{Status: 503, Code: "at_capacity", Latency: shedIn}
+				return client.PurchaseResult{Status: 503, Code: "at_capacity", Latency: shedIn}
 			}
-			return PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
+			return client.PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
 		}
 	}
-	cfg := Config{MaxPurchases: 64}
+	cfg := config.Config{MaxPurchases: 64}
 	h := hangFigures(ev(), cfg, true, start, hangSample(start, answer(64, 2*time.Millisecond)), 3, 0, false)
 	assert.Equal(t, 64, h.MostAdmitted)
 	assert.Equal(t, 3*(400-64), h.Hung.AtCapacity)
@@ -186,11 +186,11 @@ func TestHangDBVerdict(t *testing.T) {
 		"1 unit(s) oversold",
 	}, h.Misses)
 
-	h = hangFigures(ev(), cfg, true, start, hangSample(start, func(at time.Duration, in int) PurchaseResult {
+	h = hangFigures(ev(), cfg, true, start, hangSample(start, func(at time.Duration, in int) client.PurchaseResult {
 		if at >= 2500*time.Millisecond {
-			return PurchaseResult{Status: 503, Code: "unavailable", Latency: time.Second}
+			return client.PurchaseResult{Status: 503, Code: "unavailable", Latency: time.Second}
 		}
-		return PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
+		return client.PurchaseResult{Status: 201, Latency: 20 * time.Millisecond}
 	}), 3, 0, false)
 	assert.ElementsMatch(t, []string{
 		"no purchase answered at_capacity while the database hung (raise -concurrency above -max-purchases x instances)",
@@ -232,88 +232,4 @@ func TestHangServerAdmitted(t *testing.T) {
 	assert.Equal(t, 2, n)
 	_, err = serverAdmitted([]string{filepath.Join(dir, "missing.log")}, base, base.Add(time.Second))
 	assert.Error(t, err)
-}
-
-// The hang modes' flags: the defaults fit the run to the hang, db-hang needs -db postgres.
-func TestHangModesConfig(t *testing.T) {
-	c, err := ParseConfig([]string{"-chaos", "redis-hang"}, io.Discard)
-	require.NoError(t, err)
-	assert.Equal(t, 8*time.Second, c.HangFor)
-	assert.Equal(t, "guard", c.OnRedisDown)
-	assert.Equal(t, hangWarmUp+hangHealthy+hangGap+8*time.Second+hangAfter, c.Duration)
-	assert.Equal(t, 30*time.Second, c.Lease, "the storefront's default lease")
-	assert.Zero(t, c.Requests)
-	assert.Equal(t, []string{"--on-redis-down", "guard"}, c.mode().Args(c))
-
-	_, err = ParseConfig([]string{"-chaos", "redis-hang", "-on-redis-down", "ignore"}, io.Discard)
-	assert.EqualError(t, err, `-on-redis-down must be "guard" or "fail", got "ignore"`)
-	_, err = ParseConfig([]string{"-chaos", "db-hang"}, io.Discard)
-	var ue *usageError
-	require.ErrorAs(t, err, &ue, "exit code 2")
-	assert.Contains(t, err.Error(), "-chaos db-hang needs -db postgres")
-
-	c, err = ParseConfig([]string{"-chaos", "db-hang", "-db", "postgres", "-hang-for", "2s"}, io.Discard)
-	require.NoError(t, err)
-	assert.Equal(t, 2*64*3, c.Concurrency, "more buyers than the instances admit")
-	assert.GreaterOrEqual(t, c.Timeout, 7*time.Second, "a client timeout that outlives the hang")
-	assert.Equal(t, []string{"--max-purchases", "64"}, c.mode().Args(c))
-}
-
-// -chaos redis-hang for real, 2s: redis-server is stopped and continued, lock+guard's figures
-// are computed from its answers: it sold in the hung window, every such sale degraded, locked
-// sales came back, nothing oversold, and the verdict fails the run exactly when a target is
-// missed (the ratios depend on the machine's load: reported, not asserted here).
-func TestHangRedisRun(t *testing.T) {
-	needStorefront(t)
-	cfg := smallRun("lock+guard")
-	cfg.Chaos, cfg.HangFor, cfg.OnRedisDown, cfg.Lease = ChaosRedisHang, 2*time.Second, "guard", time.Second
-	cfg.Items, cfg.Stock, cfg.Hot, cfg.Concurrency = 2, 1_000_000, 0.8, 8
-	cfg.Requests, cfg.Duration = 0, hangWarmUp+hangHealthy+hangGap+cfg.HangFor+hangAfter
-	require.NoError(t, cfg.validate())
-	rep, err := Run(context.Background(), cfg, tlog{t})
-	require.NoError(t, err)
-	lg := byStrategy(t, rep)["lock+guard"]
-	require.NotNil(t, lg.Chaos)
-	h := lg.Chaos.Hang
-	require.NotNil(t, h, "the hang was brought: %s", lg.Chaos.Note)
-	assert.InDelta(t, 2.0, h.ContinuedAt-h.StoppedAt, 0.3)
-	assert.Positive(t, h.Healthy.Sent)
-	assert.Positive(t, h.Healthy.Sold)
-	assert.Positive(t, h.Hung.Sold, "sold while Redis hung")
-	// Every sale of the hung window is degraded, or made under a lock taken before the stop
-	// (a hold that goes on selling to the buyers who join it: the done-when's "every sale
-	// degraded" is judged by the verdict, strictly); none under a lock taken from the stopped
-	// Redis.
-	assert.Zero(t, h.NewLocks, "no lock taken while Redis was stopped")
-	assert.Equal(t, h.Hung.Sold, h.Hung.Degraded+h.HeldOver, "every sale of the hung window degraded or under a lock taken before the stop")
-	assert.Zero(t, h.Hung.S5xx)
-	assert.GreaterOrEqual(t, h.LockedBackS, 0.0, "locked sales came back")
-	assert.Zero(t, h.Oversold)
-	assert.True(t, h.Judged)
-	assert.Equal(t, len(h.Misses) > 0, lg.Failed, "the verdict fails the run exactly when a target is missed: %v", h.Misses)
-	assert.Contains(t, lg.Chaos.String(), "verdict: ")
-}
-
-// -chaos db-hang for real, 2s, on a private PostgreSQL: purchases past the bound are answered
-// at_capacity while it hangs, no instance admits more than its bound, selling resumes.
-func TestHangDBRun(t *testing.T) {
-	needStorefront(t)
-	cfg := smallRun("lock+guard")
-	cfg.Chaos, cfg.HangFor, cfg.DB, cfg.MaxPurchases, cfg.Lease = ChaosDBHang, 2*time.Second, DBPostgres, 16, time.Second
-	cfg.Items, cfg.Stock, cfg.Hot, cfg.Concurrency = 2, 1_000_000, 0.8, 2*16*3
-	cfg.Requests, cfg.Duration = 0, hangWarmUp+hangHealthy+hangGap+cfg.HangFor+hangAfter
-	require.NoError(t, cfg.validate())
-	rep, err := Run(context.Background(), cfg, tlog{t})
-	require.NoError(t, err)
-	lg := byStrategy(t, rep)["lock+guard"]
-	require.NotNil(t, lg.Chaos)
-	h := lg.Chaos.Hang
-	require.NotNil(t, h, "the hang was brought: %s", lg.Chaos.Note)
-	assert.Positive(t, h.Hung.AtCapacity)
-	assert.Positive(t, h.MostAdmitted)
-	assert.Equal(t, "server", h.AdmittedBy, "read from the instances' access logs")
-	assert.LessOrEqual(t, h.MostAdmitted, 16, "the bound on purchases in flight")
-	assert.GreaterOrEqual(t, h.ResumedS, 0.0)
-	assert.Zero(t, h.Oversold)
-	assert.Equal(t, len(h.Misses) > 0, lg.Failed, h.Misses)
 }

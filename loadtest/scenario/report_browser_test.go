@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"context"
@@ -11,19 +11,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/browsertest"
+	"github.com/stockguard/stockguard/loadtest/internal/testkit"
+	"github.com/stockguard/stockguard/loadtest/report"
 )
 
 // The HTML report fits a phone's width (the wide table scrolls in its own box), and the
 // labels of the log-scale latency axis do not overlap.
 func TestReportOnAPhone(t *testing.T) {
-	_, srv := newFake(t, true)
+	_, srv := testkit.NewFake(t, true)
 	rep, err := RunTargets(context.Background(), fakeConfig("guard"), []string{srv.URL}, "t0k", nil, nil)
 	require.NoError(t, err)
 	// A distribution over three decades ending just past one (700 and 1,000 ms were drawn
 	// 12 px apart, on top of each other).
 	rep.Strategies[0].Distribution = nil
 	for i, ms := range []float64{0.93, 1.5, 3, 7, 15, 40, 90, 250, 700, 1000, 1150} {
-		rep.Strategies[0].Distribution = append(rep.Strategies[0].Distribution, LatencyPoint{Percentile: float64(10 * i), MS: ms})
+		rep.Strategies[0].Distribution = append(rep.Strategies[0].Distribution, report.LatencyPoint{Percentile: float64(10 * i), MS: ms})
 	}
 	file := filepath.Join(t.TempDir(), "r.html")
 	require.NoError(t, rep.WriteHTML(file))

@@ -1,4 +1,7 @@
-package main
+// Package testkit holds what the load test's tests share: a fake storefront speaking the HTTP
+// contract, the storefront binary built once per test binary, and helpers on the processes a
+// run starts. Only tests import it.
+package testkit
 
 import (
 	"encoding/json"
@@ -9,23 +12,25 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
 )
 
-// fakeStore is an in-memory storefront speaking the HTTP contract, for tests of the report and
+// Fake is an in-memory storefront speaking the HTTP contract, for tests of the report and
 // verdict logic that need no real server. "naive" reads, works and writes the stock it read (so
 // it oversells); every other strategy works, then decides on the current stock. One key never
 // gets two orders. Faults can be injected.
-type fakeStore struct {
+type Fake struct {
 	mu       sync.Mutex
 	token    string
 	demo     bool
 	items    []*fakeItem
-	orders   []Order
-	byKey    map[string]Receipt
+	orders   []client.Order
+	byKey    map[string]client.Receipt
 	nextID   int64
-	wrongStr string // when set, 201s name this strategy instead of the asked one
-	ghost    bool   // when set, every 10th purchase also writes an order nobody was answered
-	liar     bool   // when set, every 5th purchase is answered sold out while stock remains (history.go must see it)
+	WrongStr string // when set, 201s name this strategy instead of the asked one
+	Ghost    bool   // when set, every 10th purchase also writes an order nobody was answered
+	Liar     bool   // when set, every 5th purchase is answered sold out while stock remains (the checked history must see it)
 	calls    int
 }
 
@@ -43,9 +48,11 @@ var fakeStrategies = []map[string]any{
 	{"name": "lock+guard", "safe": true, "takes_lock": true, "demo_only": false, "default": true},
 }
 
-func newFake(tb testing.TB, demo bool) (*fakeStore, *httptest.Server) {
+// NewFake starts a fake storefront (in demo mode: it takes X-Strategy) whose admin token is
+// "t0k"; the test's cleanup stops it.
+func NewFake(tb testing.TB, demo bool) (*Fake, *httptest.Server) {
 	tb.Helper()
-	f := &fakeStore{token: "t0k", demo: demo, byKey: map[string]Receipt{}}
+	f := &Fake{token: "t0k", demo: demo, byKey: map[string]client.Receipt{}}
 	srv := httptest.NewServer(f)
 	tb.Cleanup(srv.Close)
 	return f, srv
@@ -61,7 +68,7 @@ func writeErr(w http.ResponseWriter, status int, code string) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": code}})
 }
 
-func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case p == "/readyz":
@@ -79,10 +86,10 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, 401, "unauthorized")
 			return
 		}
-		var body struct{ Items []NewItem }
+		var body struct{ Items []client.NewItem }
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.mu.Lock()
-		f.items, f.orders, f.byKey = nil, nil, map[string]Receipt{}
+		f.items, f.orders, f.byKey = nil, nil, map[string]client.Receipt{}
 		for i, it := range body.Items {
 			f.items = append(f.items, &fakeItem{ID: 100 + i, Initial: it.Stock, Stock: it.Stock, SKU: it.SKU})
 		}
@@ -90,17 +97,17 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]string{"status": "ok"})
 	case p == "/api/items":
 		f.mu.Lock()
-		var out []Item
+		var out []client.Item
 		for _, it := range f.items {
-			out = append(out, Item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
+			out = append(out, client.Item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
 		}
 		f.mu.Unlock()
 		writeJSON(w, 200, out)
 	case p == "/api/stats":
 		f.mu.Lock()
-		var out []ItemStats
+		var out []client.ItemStats
 		for _, it := range f.items {
-			s := ItemStats{ItemID: int64(it.ID), SKU: it.SKU, InitialStock: it.Initial, Stock: it.Stock}
+			s := client.ItemStats{ItemID: int64(it.ID), SKU: it.SKU, InitialStock: it.Initial, Stock: it.Stock}
 			for _, o := range f.orders {
 				if o.ItemID == int64(it.ID) {
 					s.SoldUnits += o.Quantity
@@ -116,7 +123,7 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		after, _ := strconv.ParseInt(r.URL.Query().Get("after_id"), 10, 64)
 		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 		f.mu.Lock()
-		out := []Order{}
+		out := []client.Order{}
 		for _, o := range f.orders {
 			if o.OrderID > after && len(out) < limit {
 				out = append(out, o)
@@ -132,7 +139,7 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer f.mu.Unlock()
 		for _, it := range f.items {
 			if it.ID == id {
-				writeJSON(w, 200, Item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
+				writeJSON(w, 200, client.Item{ID: int64(it.ID), SKU: it.SKU, Stock: it.Stock})
 				return
 			}
 		}
@@ -142,7 +149,7 @@ func (f *fakeStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (f *fakeStore) purchase(w http.ResponseWriter, r *http.Request) {
+func (f *Fake) purchase(w http.ResponseWriter, r *http.Request) {
 	id, _ := strconv.Atoi(strings.Split(r.URL.Path, "/")[3])
 	var body struct{ Quantity int }
 	_ = json.NewDecoder(r.Body).Decode(&body)
@@ -175,7 +182,7 @@ func (f *fakeStore) purchase(w http.ResponseWriter, r *http.Request) {
 	}
 	stock := it.Stock
 	f.calls++
-	lie := f.liar && f.calls%5 == 0
+	lie := f.Liar && f.calls%5 == 0
 	f.mu.Unlock()
 	if stock < body.Quantity || lie {
 		writeErr(w, 409, "sold_out")
@@ -201,18 +208,18 @@ func (f *fakeStore) purchase(w http.ResponseWriter, r *http.Request) {
 	it.Stock = stock - body.Quantity
 	f.nextID++
 	named := strategy
-	if f.wrongStr != "" {
-		named = f.wrongStr
+	if f.WrongStr != "" {
+		named = f.WrongStr
 	}
 	k := key
-	o := Order{OrderID: f.nextID, ItemID: int64(id), Quantity: body.Quantity, Strategy: named, IdempotencyKey: &k}
+	o := client.Order{OrderID: f.nextID, ItemID: int64(id), Quantity: body.Quantity, Strategy: named, IdempotencyKey: &k}
 	f.orders = append(f.orders, o)
-	rc := Receipt{OrderID: o.OrderID, ItemID: o.ItemID, Quantity: o.Quantity, Remaining: it.Stock, Strategy: named}
+	rc := client.Receipt{OrderID: o.OrderID, ItemID: o.ItemID, Quantity: o.Quantity, Remaining: it.Stock, Strategy: named}
 	f.byKey[key] = rc
-	if f.ghost && f.nextID%10 == 0 {
+	if f.Ghost && f.nextID%10 == 0 {
 		f.nextID++
 		gk := key + "-ghost"
-		f.orders = append(f.orders, Order{OrderID: f.nextID, ItemID: int64(id), Quantity: 0, Strategy: named, IdempotencyKey: &gk})
+		f.orders = append(f.orders, client.Order{OrderID: f.nextID, ItemID: int64(id), Quantity: 0, Strategy: named, IdempotencyKey: &gk})
 	}
 	f.mu.Unlock()
 	writeJSON(w, 201, rc)

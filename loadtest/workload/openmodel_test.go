@@ -1,11 +1,10 @@
-package main
+package workload
 
 import (
-	"bytes"
-	"context"
 	"testing"
 	"time"
 
+	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -46,32 +45,10 @@ func TestArrivalSchedule(t *testing.T) {
 func TestQueuedFor(t *testing.T) {
 	intended := time.Now()
 	sent := intended.Add(30 * time.Millisecond)
-	r := PurchaseResult{Start: sent, Latency: 5 * time.Millisecond}
+	r := client.PurchaseResult{Start: sent, Latency: 5 * time.Millisecond}
 	assert.Equal(t, 30*time.Millisecond, queuedFor(spec{intended: intended}, 0, r), "the first attempt counts from its intended start")
 	assert.Equal(t, time.Duration(0), queuedFor(spec{intended: intended, retry: true, seq: 1}, 1, r), "a copy sent after the answer counts from its send")
 	assert.Equal(t, 30*time.Millisecond, queuedFor(spec{intended: intended, retry: true, seq: 2}, 1, r), "a copy sent at once counts from the intended start")
 	assert.Equal(t, time.Duration(0), queuedFor(spec{}, 0, r), "closed model")
 	assert.Equal(t, time.Duration(0), queuedFor(spec{intended: sent.Add(time.Millisecond)}, 0, r), "never negative")
-}
-
-// TestFakeSpike runs a flash sale against the fake: the arrivals ramp, the requests in flight
-// are sampled over the run, and latency is counted from the intended starts.
-func TestFakeSpike(t *testing.T) {
-	_, srv := newFake(t, true)
-	cfg := fakeConfig("guard")
-	cfg.Rate, cfg.Spike, cfg.Requests, cfg.Concurrency, cfg.Reads = 400, true, 300, 1000, 0.1
-	rep, err := RunTargets(context.Background(), cfg, []string{srv.URL}, "t0k", nil, nil)
-	require.NoError(t, err)
-	g := rep.Strategies[0]
-	assert.Equal(t, 300, g.Requests+g.Missed)
-	// 200 arrivals in the ramp's second, about 130 more (purchases and reads) at 400/s.
-	assert.GreaterOrEqual(t, g.DurationS, 1.2)
-	assert.NotEmpty(t, g.InFlight)
-	assert.GreaterOrEqual(t, len(g.InFlight), 10, "sampled every 100ms")
-	assert.Equal(t, int64(0), g.InFlight[len(g.InFlight)-1].InFlight, "nothing in flight at the end")
-	assert.True(t, rep.Config.Spike)
-	assert.Equal(t, "intended start", rep.Config.LatencyFrom)
-	var out bytes.Buffer
-	rep.WriteTable(&out)
-	assert.Contains(t, out.String(), "spike 0 to 400/s in 1s then held, latency from intended start")
 }

@@ -1,10 +1,11 @@
-package main
+package scenario
 
 import (
 	"io"
 	"testing"
 	"time"
 
+	"github.com/stockguard/stockguard/loadtest/fault"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -15,10 +16,10 @@ import (
 func TestFailoverLockReplicasConfig(t *testing.T) {
 	c, err := ParseConfig([]string{"-chaos", "failover", "-lock-replicas", "1"}, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"--lock-replicas", "1"}, c.mode().Args(c))
+	assert.Equal(t, []string{"--lock-replicas", "1"}, fault.ModeFor(c).Args(c))
 	assert.Equal(t, 10*time.Second, c.Lease)
-	assert.True(t, c.mode().ExpectSafe(ClassLock))
-	assert.True(t, c.mode().ExpectSafe(ClassSafe))
+	assert.True(t, fault.ModeFor(c).ExpectSafe(fault.ClassLock))
+	assert.True(t, fault.ModeFor(c).ExpectSafe(fault.ClassSafe))
 
 	c, err = ParseConfig([]string{"-chaos", "failover", "-lock-replicas", "1", "-lease", "3s"}, io.Discard)
 	require.NoError(t, err)
@@ -26,9 +27,9 @@ func TestFailoverLockReplicasConfig(t *testing.T) {
 
 	c, err = ParseConfig([]string{"-chaos", "failover"}, io.Discard)
 	require.NoError(t, err)
-	assert.Empty(t, c.mode().Args(c))
+	assert.Empty(t, fault.ModeFor(c).Args(c))
 	assert.Equal(t, time.Second, c.Lease)
-	assert.False(t, c.mode().ExpectSafe(ClassLock), "without replicas the promoted replica misses the lock")
+	assert.False(t, fault.ModeFor(c).ExpectSafe(fault.ClassLock), "without replicas the promoted replica misses the lock")
 
 	var ue *usageError
 	_, err = ParseConfig([]string{"-chaos", "pause", "-lock-replicas", "1"}, io.Discard)

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/verdict"
+	"github.com/stockguard/stockguard/loadtest/cluster"
+	"github.com/stockguard/stockguard/loadtest/internal/testkit"
+	"github.com/stockguard/stockguard/loadtest/report"
 )
 
 // -chaos failover against a real Sentinel set: the promoted replica misses the hot lock and
@@ -17,17 +20,17 @@ import (
 // resumes by itself; lock breaks (a lost update or an oversell), given up to three runs: the
 // resumed holder races its watchdog, which may see the loss on the new master first.
 func TestChaosFailover(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	ctx := context.Background()
 	cfg := smallRun("lock+guard")
 	cfg.Chaos, cfg.Lease = "failover", 500*time.Millisecond
 	cfg.Requests, cfg.Duration, cfg.Stock, cfg.Items, cfg.Hot = 0, 6*time.Second, 1000, 2, 0.8
-	require.NoError(t, cfg.validate())
-	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologySentinel})
+	require.NoError(t, validate(&cfg))
+	cl, err := cluster.Start(ctx, cluster.Config{Bin: testkit.Storefront, Instances: 3, Lease: cfg.Lease, Redis: cluster.TopologySentinel})
 	require.NoError(t, err)
 	defer cl.Close()
 
-	checkFault := func(s StrategyResult) {
+	checkFault := func(s report.StrategyResult) {
 		t.Helper()
 		require.NotNil(t, s.Chaos, s.Strategy)
 		ev := s.Chaos
@@ -38,7 +41,7 @@ func TestChaosFailover(t *testing.T) {
 		assert.GreaterOrEqual(t, ev.ResumedAfter, 0.0, "selling resumed by itself")
 		assert.Positive(t, ev.ResumedAt, "the stale holder was resumed")
 	}
-	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, testkit.Tlog{T: t})
 	require.NoError(t, err)
 	lg := byStrategy(t, rep)["lock+guard"]
 	checkFault(lg)
@@ -46,10 +49,10 @@ func TestChaosFailover(t *testing.T) {
 	assert.Equal(t, 0, rep.ExitCode)
 
 	cfg.Strategies = []string{"lock"}
-	var lock StrategyResult
+	var lock report.StrategyResult
 	for run := 1; run <= 3; run++ {
 		cfg.Seed++
-		rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+		rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, testkit.Tlog{T: t})
 		require.NoError(t, err)
 		lock = byStrategy(t, rep)["lock"]
 		checkFault(lock)
@@ -65,16 +68,16 @@ func TestChaosFailover(t *testing.T) {
 // Its watchdog declares the loss within the lease and before another instance holds the lock,
 // its token writes nothing, and both lock strategies stay SAFE.
 func TestChaosPartition(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	ctx := context.Background()
 	cfg := smallRun("lock", "lock+guard")
 	cfg.Chaos, cfg.Lease, cfg.Work = "partition", 400*time.Millisecond, 800*time.Millisecond
 	cfg.Requests, cfg.Duration, cfg.Items, cfg.Hot = 0, 3*time.Second, 2, 0.8
-	require.NoError(t, cfg.validate())
-	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyProxied})
+	require.NoError(t, validate(&cfg))
+	cl, err := cluster.Start(ctx, cluster.Config{Bin: testkit.Storefront, Instances: 3, Lease: cfg.Lease, Redis: cluster.TopologyProxied})
 	require.NoError(t, err)
 	defer cl.Close()
-	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, testkit.Tlog{T: t})
 	require.NoError(t, err)
 	for _, s := range rep.Strategies {
 		ev := s.Chaos
@@ -95,15 +98,15 @@ func TestChaosPartition(t *testing.T) {
 // -chaos latency: each strategy runs again with 20ms each way on every link to Redis; both
 // runs stay SAFE and the report names the throughput of each.
 func TestChaosLatency(t *testing.T) {
-	needStorefront(t)
+	testkit.NeedStorefront(t)
 	ctx := context.Background()
 	cfg := smallRun("lock+guard")
 	cfg.Chaos, cfg.Latency, cfg.Requests, cfg.Lease = "latency", 20*time.Millisecond, 150, time.Second
-	require.NoError(t, cfg.validate())
-	cl, err := Start(ctx, ClusterConfig{Bin: storefrontBin, Instances: 3, Lease: cfg.Lease, Redis: TopologyProxied})
+	require.NoError(t, validate(&cfg))
+	cl, err := cluster.Start(ctx, cluster.Config{Bin: testkit.Storefront, Instances: 3, Lease: cfg.Lease, Redis: cluster.TopologyProxied})
 	require.NoError(t, err)
 	defer cl.Close()
-	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, tlog{t})
+	rep, err := RunTargets(ctx, cfg, cl.URLs(), cl.AdminToken, cl, testkit.Tlog{T: t})
 	require.NoError(t, err)
 	require.Len(t, rep.Strategies, 2)
 	base, slow := rep.Strategies[0], rep.Strategies[1]
@@ -113,19 +116,4 @@ func TestChaosLatency(t *testing.T) {
 	assert.Equal(t, base.ReqPerSec, slow.Baseline)
 	t.Logf("lock+guard: %.0f req/s, with 20ms each way %.0f req/s", base.ReqPerSec, slow.ReqPerSec)
 	assert.Equal(t, 0, rep.ExitCode)
-}
-
-// A failover's holder that wrote is reported as what happened and why it is safe (the fence
-// takes each token once), not as a bare "wrote: order N" that reads as a failure.
-func TestChaosFailoverHolderWroteWording(t *testing.T) {
-	start := time.Now()
-	ev := &Event{Mode: ChaosFailover, Instance: 0, Token: 7, FaultAt: 1}
-	at := start.Add(1500 * time.Millisecond)
-	purchases := []*Purchase{{ItemID: 3, Instance: 0, Attempts: []PurchaseResult{{Status: 201, Start: at, Latency: time.Millisecond,
-		Receipt: Receipt{OrderID: 961, ItemID: 3, FenceToken: 7}}}}}
-	orders := []Order{{OrderID: 961, ItemID: 3, FenceToken: 7, CreatedAt: at}}
-	ev.Settle(start, purchases, orders, 2, 3)
-	assert.Contains(t, ev.HolderWrote, "order 961, 0.500s after the fault: the holder resumed and finished its purchase")
-	assert.Contains(t, ev.HolderWrote, "the fence accepted token 7 once")
-	assert.Contains(t, ev.HolderWrote, "safe, not an oversell")
 }
