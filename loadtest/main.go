@@ -20,10 +20,10 @@
 //	go run ./loadtest -perf                        # same-run req/s, p50/p99 and ratios (make perf)
 //
 // Exit status: 0 when every strategy expected SAFE kept the invariants (the expectation follows
-// from what GET /api/strategies says of the strategy and from the chaos mode, modes.go), 1 when
-// one broke them or answered in a history found NOT linearizable (history.go), 2 on bad flags,
+// from what GET /api/strategies says of the strategy and from the chaos mode, fault/modes.go), 1 when
+// one broke them or answered in a history found NOT linearizable (checks/history.go), 2 on bad flags,
 // unreachable targets or another error, 3 when every invariant held but a -threshold was missed
-// (threshold.go), 130 when interrupted.
+// (config/threshold.go, report/thresholds.go), 130 when interrupted.
 package main
 
 import (

@@ -118,7 +118,7 @@ func (a *API) cartCall(ctx context.Context, method, path string, hdr http.Header
 	return r
 }
 
-// Checkout sends POST /api/Checkout.
+// Checkout sends POST /api/checkout.
 func (a *API) Checkout(ctx context.Context, lines []CartLine, key, strategy string, work time.Duration) CartResult {
 	h := http.Header{}
 	if key != "" {

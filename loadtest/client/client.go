@@ -213,7 +213,7 @@ func (a *API) Orders(ctx context.Context) ([]Order, error) {
 	return nil, errors.New("GET /api/orders: too many pages")
 }
 
-// Demo reports whether the instance runs in Demo mode: it shows its locks (GET
+// Demo reports whether the instance runs in demo mode: it shows its locks (GET
 // /api/debug/locks answers; a 404 says it does not).
 func (a *API) Demo(ctx context.Context) (bool, error) {
 	_, err := storeapi.GetLocks(ctx, a.HC, a.Base)
@@ -223,7 +223,7 @@ func (a *API) Demo(ctx context.Context) (bool, error) {
 	return err == nil, err
 }
 
-// Strategies asks the instance which Strategies it offers and how each behaves.
+// Strategies asks the instance which strategies it offers and how each behaves.
 func (a *API) Strategies(ctx context.Context) ([]storeapi.Strategy, error) {
 	return storeapi.Strategies(ctx, a.HC, a.Base)
 }

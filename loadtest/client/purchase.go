@@ -1,6 +1,6 @@
 package client
 
-// Purchase is one logical Purchase: one Idempotency-Key, sent once or twice (-retry), and
+// Purchase is one logical purchase: one Idempotency-Key, sent once or twice (-retry), and
 // replayed after the run when no attempt got an HTTP answer.
 type Purchase struct {
 	Key      string

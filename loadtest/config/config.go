@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// Config is everything one load test run needs. Build it with parseConfig or by hand (tests).
+// Config is everything one load test run needs. Build it with scenario.ParseConfig or by hand (tests).
 type Config struct {
 	Instances   int           // self-contained mode: storefront processes to start
 	Targets     []string      // target mode: base URLs of running storefronts (loopback only)
@@ -22,7 +22,7 @@ type Config struct {
 	Hot         float64       // share of purchases on the first item
 	Retry       float64       // share of purchases sent twice with the same Idempotency-Key (half at once)
 	Work        time.Duration // X-Simulated-Work of every purchase
-	Chaos       string        // a chaos mode's name (modes.go), "" for none
+	Chaos       string        // a chaos mode's name (fault/modes.go), "" for none
 	Latency     time.Duration // -chaos latency: delay of each direction of every instance's Redis link
 	Lease       time.Duration // --lock-lease of the instances in chaos mode
 	Timeout     time.Duration // client timeout of one HTTP request
@@ -30,21 +30,21 @@ type Config struct {
 	JSONFile    string        // write the JSON report there
 	HTMLFile    string        // write the HTML report there
 	Quiet       bool          // no progress output
-	Scenario    string        // "" (the strategy comparison) or "pitfalls" (pitfalls.go)
-	Perf        bool          // the same-run performance command instead of the comparison (perf.go)
+	Scenario    string        // "" (the strategy comparison) or "pitfalls" (scenario/pitfalls.go)
+	Perf        bool          // the same-run performance command instead of the comparison (scenario/perf.go)
 	Rounds      int           // -perf: measured rounds of every target
 	Routes      []string      // how purchases reach the instances (RouteRoundRobin, RouteItem): each strategy runs once per route
-	// The checked history (history.go).
+	// The checked history (checks/history.go).
 	Reads        float64       // share of operations that read an item's stock, 0..0.9
 	CheckTimeout time.Duration // bound of the linearizability check of one strategy's history; 0: not checked
-	// The workload (cart.go, holds.go): WorkloadPurchase, WorkloadCart or WorkloadHolds.
+	// The workload (workload/cart.go, workload/holds.go): WorkloadPurchase, WorkloadCart or WorkloadHolds.
 	Workload string
 	HoldTTL  time.Duration // -workload holds: the ttl of every hold
-	// The open model and the thresholds (openmodel.go, threshold.go).
+	// The open model and the thresholds (workload/openmodel.go, threshold.go).
 	Spike      bool        // open model: the rate ramps from 0 to Rate in one second, then holds
 	Thresholds []Threshold // -threshold: each strategy's run must meet them (else exit 3)
 
-	// -chaos redis-hang and db-hang (hang.go)
+	// -chaos redis-hang and db-hang (fault/hang.go)
 	HangFor      time.Duration // how long the process stays stopped
 	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
 	MaxPurchases int           // db-hang: --max-purchases of the instances

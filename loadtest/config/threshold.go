@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Threshold is one -Threshold expression: a metric of each strategy's run, a comparison and a
+// Threshold is one -threshold expression: a metric of each strategy's run, a comparison and a
 // bound, e.g. p99<200ms or errors<1%.
 type Threshold struct {
 	Expr   string  `json:"expr"`

@@ -23,7 +23,7 @@ type Event struct {
 	Note      string  `json:"note,omitempty"`     // what happened when no lock holder was paused
 	Paused    bool    `json:"paused"`             // an instance was actually paused
 
-	// -chaos failover and partition (faults.go)
+	// -chaos failover and partition (failover.go, partition.go)
 	Mode     string      `json:"mode"`                // pause, failover or partition
 	FaultAt  float64     `json:"fault_at_s"`          // when selling could first be hurt: the pause, the master's death, the cut
 	Timeline []Milestone `json:"timeline,omitempty"`  // what happened when

@@ -79,9 +79,9 @@ type Chaos struct {
 	onRedisDown string
 	// -chaos mix: the pause between two faults is drawn from [mixGap, 2*mixGap)
 	mixGap time.Duration
-	// -chaos mix: > 0 holds the run until that many full rounds fired (chaosRun.rounds)
+	// -chaos mix: > 0 holds the run until that many full rounds fired (Target.Rounds)
 	mixRounds int
-	// -chaos failover: the instances' --lock-replicas (faults.go)
+	// -chaos failover: the instances' --lock-replicas (failover.go)
 	lockReplicas int
 }
 
@@ -90,7 +90,7 @@ type Target struct {
 	Strategy storeapi.Strategy // as the server describes it
 	HotID    int64             // the hot item
 	Round    int               // the run's number
-	// Rounds, when not nil, is closed by -chaos mix once cfg.MixRounds full Rounds fired (or
+	// Rounds, when not nil, is closed by -chaos mix once cfg.MixRounds full rounds fired (or
 	// the schedule ended): the run goes on until then.
 	Rounds chan struct{}
 }

@@ -31,7 +31,7 @@ const (
 type Mode struct {
 	Name string
 	Help string // what it does (the -chaos help text)
-	// Topology is the Redis topology of the cluster the fault needs (ClusterConfig.Redis).
+	// Topology is the Redis topology of the cluster the fault needs (cluster.Config.Redis).
 	Topology string
 	// Safe are the classes expected to keep every invariant under the fault.
 	Safe []Class

@@ -34,7 +34,7 @@ type Report struct {
 	Strategies []StrategyResult `json:"strategies"`
 	Failed     []string         `json:"failed"`    // strategies called safe that broke an invariant
 	ExitCode   int              `json:"exit_code"` // 1 when Failed is not empty
-	// -threshold (threshold.go); ExitCode is 3 when one was missed and Failed is empty.
+	// -threshold (thresholds.go); ExitCode is 3 when one was missed and Failed is empty.
 	Thresholds []ThresholdResult `json:"thresholds,omitempty"`
 }
 
@@ -73,7 +73,7 @@ type ReportConfig struct {
 	Spike       bool    `json:"spike,omitempty"`        // open model: 0 to Rate in one second, then held
 	LatencyFrom string  `json:"latency_from,omitempty"` // "intended start" in the open model (coordinated omission corrected)
 	Reads       float64 `json:"reads"`                  // -reads
-	Workload    string  `json:"workload,omitempty"`     // -workload (cart.go)
+	Workload    string  `json:"workload,omitempty"`     // -workload (workload/cart.go)
 	HoldTTLMS   float64 `json:"hold_ttl_ms,omitempty"`  // -workload holds: -hold-ttl
 }
 
@@ -111,15 +111,15 @@ type StrategyResult struct {
 	Chaos        *fault.Event       `json:"chaos,omitempty"`
 	Fault        string             `json:"fault,omitempty"`              // -chaos latency: " +20ms" on the run with the latency
 	Baseline     float64            `json:"baseline_req_per_s,omitempty"` // -chaos latency: req/s of the run without it
-	Class        fault.Class        `json:"class"`                        // how it stands up to faults, from what the server says of it (modes.go)
-	ExpectedSafe bool               `json:"expected_safe"`                // its class is expected SAFE in the run's setting (modes.go)
+	Class        fault.Class        `json:"class"`                        // how it stands up to faults, from what the server says of it (fault/class.go, fault/modes.go)
+	ExpectedSafe bool               `json:"expected_safe"`                // its class is expected SAFE in the run's setting (fault/class.go, fault/modes.go)
 	Verdict      string             `json:"verdict"`
 	Failed       bool               `json:"failed"` // expected safe, verdict not SAFE (or history NOT linearizable)
 	Reads        int                `json:"reads"`  // reads of an item's stock mixed into the workload (-reads)
 	// The checked history (history.go) and, in the open model, the requests in flight over time.
 	History  *checks.HistoryResult    `json:"history,omitempty"`
 	InFlight []workload.InFlightPoint `json:"in_flight,omitempty"`
-	Carts    *workload.CartFigures    `json:"carts,omitempty"` // -workload cart and holds: the figures of the carts (cartrun.go)
+	Carts    *workload.CartFigures    `json:"carts,omitempty"` // -workload cart and holds: the figures of the carts (workload/figures.go)
 	verdict.Findings
 	ShowRoute bool `json:"-"` // the run compares routes: the label names this row's
 }

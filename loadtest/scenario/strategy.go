@@ -98,7 +98,7 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route, faultLabel 
 			return nil, fmt.Errorf("%s: GET /api/orders: %w", label, err)
 		}
 		// A server error around a commit leaves its outcome unknown: the keys with an order
-		// row are replayed (ambiguous.go), which writes nothing new.
+		// row are replayed (checks/ambiguous.go, workload/replay.go), which writes nothing new.
 		replays += w.ResolveAmbiguous(ctx, orders)
 		chaosEv.Settle(start, w.Results(), orders, len(apis), items[0].ID)
 		f = checks.Check(strategy, w.Results(), stats, orders)

@@ -44,7 +44,7 @@ type Sampler struct {
 	samples [][]client.ItemStats
 }
 
-// StartSampler starts sampling a's stats; stopSampling stops it and returns the samples.
+// StartSampler starts sampling a's stats; Stop stops it and returns the samples.
 func StartSampler(ctx context.Context, a *client.API) *Sampler {
 	s := &Sampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() { // owner: the strategy's run, which calls stopSampling
