@@ -1,3 +1,6 @@
+// Package checks judges a strategy's run: every invariant of docs/DESIGN.md §12 through
+// internal/verdict, the recorded history through internal/linearize, and which answers leave a
+// purchase's outcome unknown.
 package checks
 
 import (

@@ -1,3 +1,5 @@
+// Package client talks to the storefront over HTTP (purchases, carts, holds, the admin reset,
+// stats and orders) and keeps a purchase with every attempt of it and every replay.
 package client
 
 import (

@@ -1,3 +1,5 @@
+// Package cluster starts and stops what a self-contained run needs: the storefront processes,
+// their Redis (one server, Sentinel, proxied links, a clock that can be stepped) and PostgreSQL.
 package cluster
 
 import (

@@ -1,3 +1,5 @@
+// Package config is the load test's settings, as the flags give them (scenario.ParseConfig): the
+// bottom layer, read by every package of the load test.
 package config
 
 import (

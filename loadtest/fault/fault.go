@@ -1,3 +1,6 @@
+// Package fault is what the load test breaks during a strategy's run: every fault one value of
+// the Fault interface, the -chaos modes one table (modes.go) saying what each needs of the
+// cluster and which strategy classes stay SAFE under it, and -chaos mix a schedule over its kinds.
 package fault
 
 import (

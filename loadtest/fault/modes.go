@@ -315,7 +315,12 @@ func (m Mode) DefaultStrategies(offered []storeapi.Strategy) []string {
 }
 
 // Check tells whether the cluster runs the Redis topology the mode needs.
-func (m Mode) Check(cl *cluster.Cluster) error { return checkTopology(m.Name, m.Topology, cl) }
+func (m Mode) Check(cl *cluster.Cluster) error {
+	if m.Fault != nil {
+		return m.Fault.Available(cl)
+	}
+	return checkTopology(m.Name, m.Topology, cl)
+}
 
 // checkTopology tells whether the cluster runs topology, which the -chaos mode name needs.
 func checkTopology(name, topology string, cl *cluster.Cluster) error {

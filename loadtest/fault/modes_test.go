@@ -71,5 +71,9 @@ func TestChaosHelp(t *testing.T) {
 		assert.Contains(t, Help(), fmt.Sprintf("%q %s", m.Name, m.Help))
 		assert.NotEmpty(t, m.Safe, m.Name)
 		assert.True(t, (m.Fault == nil) != (m.Second == nil), "%s: a fault during the run or a second run under it", m.Name)
+		if f, ok := m.Fault.(modeFault); ok {
+			assert.Equal(t, m.Name, f.Name(), "the mode's fault is named after it")
+			assert.Equal(t, m.Topology, f.topology, "%s: the fault needs the topology the mode starts", m.Name)
+		}
 	}
 }

@@ -1,3 +1,5 @@
+// Package report writes what a run found: the table, the -json file, the -html page with its
+// charts and the fault strip, the thresholds, and the tables of -perf and -scenario pitfalls.
 package report
 
 import (

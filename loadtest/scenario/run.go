@@ -1,3 +1,5 @@
+// Package scenario runs what the command asks for: the comparison of the strategies (with a
+// fault, routes, workloads), -perf, and -scenario pitfalls; and it parses the flags.
 package scenario
 
 import (

@@ -1,3 +1,6 @@
+// Package workload is what the buyers send during a strategy's run: purchases (closed or open
+// model), carts or holds, with retries, replays of unknown outcomes, the recorded history and the
+// progress display.
 package workload
 
 import (
