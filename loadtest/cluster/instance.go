@@ -14,8 +14,6 @@ import (
 	"github.com/stockguard/stockguard/loadtest/client"
 )
 
-// A storefront child process of the cluster.
-
 // Instance is one storefront child process.
 type Instance struct {
 	Index int

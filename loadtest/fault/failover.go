@@ -12,9 +12,9 @@ import (
 	"github.com/stockguard/stockguard/loadtest/cluster"
 )
 
-// The two Redis faults of -chaos failover and -chaos partition. Both find the instance that
-// holds the hot item's lock through /api/debug/locks (which names the lock's Redis keys), so
-// nothing here rebuilds the key layout.
+// The Redis faults of -chaos failover (here) and -chaos partition (partition.go). Both find the
+// instance that holds the hot item's lock through /api/debug/locks (which names the lock's Redis
+// keys), so nothing here rebuilds the key layout.
 
 // StepWait bounds each step of a fault that waits for something to happen.
 const StepWait = 15 * time.Second
