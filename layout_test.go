@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
+	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -18,7 +22,8 @@ const module = "github.com/stockguard/stockguard"
 // draws them: main wires everything; handlers imports only inventory; inventory imports locking
 // and models; locking and models import no package of the project; pitfalls (the demo's broken
 // locks) plugs into inventory only; the lab sits on top of the storefront's packages and the
-// internal helpers; the load test talks HTTP and uses only internal/ helpers; the internal
+// internal helpers; the load test talks HTTP and uses only internal/ helpers and its own
+// packages, each of which imports only the layers below it (loadtestLayers); the internal
 // helpers use one another, and dbtest the models it opens.
 func TestDependencyPicture(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, "./...").Output()
@@ -31,7 +36,6 @@ func TestDependencyPicture(t *testing.T) {
 		"models":          {},
 		"pitfalls":        {"inventory"},
 		"lab":             {"handlers", "inventory", "locking", "pitfalls", "internal/"},
-		"loadtest":        {"internal/"},
 		"internal/":       {"internal/"}, // every internal/ package not named below
 		"internal/dbtest": {"internal/", "models"},
 	}
@@ -39,6 +43,13 @@ func TestDependencyPicture(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imports, _ := strings.Cut(line, ":")
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		if rel == "loadtest" || strings.HasPrefix(rel, "loadtest/") {
+			ruled[rel] = true
+			for _, msg := range loadtestImports(rel, strings.Fields(imports)) {
+				t.Error(msg)
+			}
+			continue
+		}
 		may, ok := allowed[rel]
 		if !ok && strings.HasPrefix(rel, "internal/") {
 			may, ok = allowed["internal/"]
@@ -63,6 +74,86 @@ func TestDependencyPicture(t *testing.T) {
 	for _, pkg := range []string{"", "handlers", "inventory", "locking", "models", "pitfalls", "lab", "loadtest", "internal/procutil"} {
 		assert.True(t, ruled[pkg], "%s was listed and ruled", pkg)
 	}
+	for _, layer := range loadtestLayers {
+		for _, pkg := range layer {
+			assert.True(t, ruled[pkg], "%s was listed and ruled", pkg)
+		}
+	}
+}
+
+// loadtestLayers are the load test's packages in layers, from the bottom: a package imports
+// only packages of the layers below its own (besides internal/ helpers); the packages of one
+// layer do not know each other. The command (loadtest, flags to a scenario) is the top.
+var loadtestLayers = [][]string{
+	{"loadtest/config"},                     // the run's settings, as the flags give them
+	{"loadtest/client"},                     // the storefront's HTTP API; a purchase and every attempt of it
+	{"loadtest/cluster", "loadtest/checks"}, // start and stop the processes; judge a run (invariants, history)
+	{"loadtest/workload", "loadtest/fault"}, // what the buyers send; what breaks meanwhile
+	{"loadtest/report"},                     // text, JSON, HTML
+	{"loadtest/scenario"},                   // the comparison, -perf, -scenario pitfalls
+	{"loadtest"},                            // the command
+}
+
+// loadtestTestKit is the package of the load test's shared test helpers: only tests import it,
+// and it sits on the layer above the client's.
+const loadtestTestKit = "loadtest/internal/testkit"
+
+// loadtestImports returns what is wrong with the imports of the load test's package rel.
+func loadtestImports(rel string, imports []string) []string {
+	layerOf := func(pkg string) int {
+		if pkg == loadtestTestKit {
+			return 2
+		}
+		for i, layer := range loadtestLayers {
+			if slices.Contains(layer, pkg) {
+				return i
+			}
+		}
+		return -1
+	}
+	own := layerOf(rel)
+	if own < 0 {
+		return []string{rel + " is in no layer of loadtestLayers: place it"}
+	}
+	var wrong []string
+	for _, imp := range imports {
+		dep, ours := strings.CutPrefix(imp, module+"/")
+		switch {
+		case !ours || strings.HasPrefix(dep, "internal/"):
+		case dep == loadtestTestKit:
+			wrong = append(wrong, fmt.Sprintf("%s imports %s: only tests import it", rel, dep))
+		case !strings.HasPrefix(dep, "loadtest/"):
+			wrong = append(wrong, fmt.Sprintf("%s imports %s: the load test talks HTTP and uses only internal/ helpers and its own packages", rel, dep))
+		case layerOf(dep) < 0 || layerOf(dep) >= own:
+			wrong = append(wrong, fmt.Sprintf("%s (layer %d) imports %s (layer %d): a package imports only the layers below its own (loadtestLayers)",
+				rel, own, dep, layerOf(dep)))
+		}
+	}
+	return wrong
+}
+
+// TestLoadTestFileSizes: the load test's command (package main) stays flags to a scenario, at
+// most 300 lines; no Go file of the load test passes 500 lines.
+func TestLoadTestFileSizes(t *testing.T) {
+	mainLines := 0
+	err := filepath.WalkDir("loadtest", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n := bytes.Count(b, []byte("\n"))
+		assert.LessOrEqual(t, n, 500, "%s: %d lines: cut it by concept", path, n)
+		if filepath.Dir(path) == "loadtest" && !strings.HasSuffix(path, "_test.go") {
+			mainLines += n
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Positive(t, mainLines)
+	assert.LessOrEqual(t, mainLines, 300, "the load test's package main: flags to a scenario and nothing else")
 }
 
 // The command ships no test kit: what its binary links in names none of the packages that

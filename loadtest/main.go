@@ -20,15 +20,14 @@
 //	go run ./loadtest -perf                        # same-run req/s, p50/p99 and ratios (make perf)
 //
 // Exit status: 0 when every strategy expected SAFE kept the invariants (the expectation follows
-// from what GET /api/strategies says of the strategy and from the chaos mode, modes.go), 1 when
-// one broke them or answered in a history found NOT linearizable (history.go), 2 on bad flags,
+// from what GET /api/strategies says of the strategy and from the chaos mode, fault/modes.go), 1 when
+// one broke them or answered in a history found NOT linearizable (checks/history.go), 2 on bad flags,
 // unreachable targets or another error, 3 when every invariant held but a -threshold was missed
-// (threshold.go), 130 when interrupted.
+// (config/threshold.go, report/thresholds.go), 130 when interrupted.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +37,9 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stockguard/stockguard/loadtest/config"
+	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/scenario"
 )
 
 func main() {
@@ -49,7 +51,7 @@ func main() {
 
 // Main runs the load test with command-line args and returns the exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, err := parseConfig(args, stderr)
+	cfg, err := scenario.ParseConfig(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -64,7 +66,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.Perf {
 		return mainPerf(ctx, cfg, stdout, stderr)
 	}
-	rep, err := Run(ctx, cfg, logw)
+	rep, err := scenario.Run(ctx, cfg, logw)
 	if err != nil {
 		return failed(ctx, stderr, "loadtest:", err)
 	}
@@ -79,7 +81,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if rep.ExitCode == exitThreshold {
+	if rep.ExitCode == report.ExitThreshold {
 		fmt.Fprintln(stderr, "loadtest: FAIL: a -threshold was missed (every invariant held)")
 	}
 	if rep.ExitCode == 1 {
@@ -89,8 +91,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // mainPerf runs -perf and prints its table (and writes -json).
-func mainPerf(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
-	rep, err := RunPerf(ctx, cfg, stderr)
+func mainPerf(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) int {
+	rep, err := scenario.RunPerf(ctx, cfg, stderr)
 	if err != nil {
 		return failed(ctx, stderr, "loadtest -perf:", err)
 	}
@@ -133,21 +135,16 @@ func oneLine(s string) string {
 
 // mainPitfalls runs -scenario pitfalls: exit 1 when a pitfall did not show its failure or a fix
 // broke an invariant.
-func mainPitfalls(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
-	redis.SetLogger(quietRedis{})
-	rows, err := RunPitfalls(ctx, cfg, stderr)
+func mainPitfalls(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) int {
+	redis.SetLogger(scenario.QuietRedis{})
+	rows, err := scenario.RunPitfalls(ctx, cfg, stderr)
 	if err != nil {
 		return failed(ctx, stderr, "loadtest: pitfalls:", err)
 	}
 	fmt.Fprintln(stdout)
-	code := writePitfalls(stdout, rows)
+	code := report.WritePitfalls(stdout, rows)
 	if c := writeReport(cfg.JSONFile, stderr, func(file string) error {
-		b, err := json.MarshalIndent(map[string]any{"scenario": "pitfalls", "db": cfg.DB, "lease_ms": ms(pitfallLease),
-			"lock_wait_ms": ms(pitfallWait), "rows": rows, "exit_code": code}, "", "  ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(file, append(b, '\n'), 0o644)
+		return report.WritePitfallsJSON(file, cfg.DB, scenario.PitfallLease, scenario.PitfallWait, rows, code)
 	}); c != 0 {
 		return c
 	}

@@ -1,0 +1,90 @@
+// Package config is the load test's settings, as the flags give them (scenario.ParseConfig): the
+// bottom layer, read by every package of the load test.
+package config
+
+import (
+	"time"
+)
+
+// Config is everything one load test run needs. Build it with scenario.ParseConfig or by hand (tests).
+type Config struct {
+	Instances   int           // self-contained mode: storefront processes to start
+	Targets     []string      // target mode: base URLs of running storefronts (loopback only)
+	AdminToken  string        // target mode: the servers' admin token
+	Bin         string        // self-contained mode: storefront binary; "" builds it
+	DB          string        // self-contained mode: "sqlite" (a file), "postgres" (a private server) or a postgres:// URL
+	Strategies  []string      // strategies to compare, in order; nil: the chaos mode's default among those the server offers
+	Items       int           // catalogue size
+	Stock       int           // initial stock of every item
+	Requests    int           // purchases per strategy; 0 = bounded by Duration only
+	Duration    time.Duration // run length per strategy; 0 = bounded by Requests only
+	Concurrency int           // closed model: workers; open model: cap of requests in flight
+	Rate        float64       // open model: purchases per second; 0 = closed model
+	Quantity    int           // max units per purchase (uniform 1..Quantity)
+	Hot         float64       // share of purchases on the first item
+	Retry       float64       // share of purchases sent twice with the same Idempotency-Key (half at once)
+	Work        time.Duration // X-Simulated-Work of every purchase
+	Chaos       string        // a chaos mode's name (fault/modes.go), "" for none
+	Latency     time.Duration // -chaos latency: delay of each direction of every instance's Redis link
+	Lease       time.Duration // --lock-lease of the instances in chaos mode
+	Timeout     time.Duration // client timeout of one HTTP request
+	Seed        int64         // random seed of the workload; 0 picks one
+	JSONFile    string        // write the JSON report there
+	HTMLFile    string        // write the HTML report there
+	Quiet       bool          // no progress output
+	Scenario    string        // "" (the strategy comparison) or "pitfalls" (scenario/pitfalls.go)
+	Perf        bool          // the same-run performance command instead of the comparison (scenario/perf.go)
+	Rounds      int           // -perf: measured rounds of every target
+	Routes      []string      // how purchases reach the instances (RouteRoundRobin, RouteItem): each strategy runs once per route
+	// The checked history (checks/history.go).
+	Reads        float64       // share of operations that read an item's stock, 0..0.9
+	CheckTimeout time.Duration // bound of the linearizability check of one strategy's history; 0: not checked
+	// The workload (workload/cart.go, workload/holds.go): WorkloadPurchase, WorkloadCart or WorkloadHolds.
+	Workload string
+	HoldTTL  time.Duration // -workload holds: the ttl of every hold
+	// The open model and the thresholds (workload/openmodel.go, threshold.go).
+	Spike      bool        // open model: the rate ramps from 0 to Rate in one second, then holds
+	Thresholds []Threshold // -threshold: each strategy's run must meet them (else exit 3)
+
+	// -chaos redis-hang and db-hang (fault/hang.go)
+	HangFor      time.Duration // how long the process stays stopped
+	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
+	MaxPurchases int           // db-hang: --max-purchases of the instances
+	StreamHold   time.Duration // self-contained mode: --stream-hold of the instances (0: their default)
+
+	MixGap    time.Duration // -chaos mix: the pause between two faults is drawn from [MixGap, 2*MixGap); 0: defaultMixGap
+	MixRounds int           // -chaos mix: > 0 extends each strategy's run past Duration until that many full rounds of faults fired
+
+	LockReplicas int // -chaos failover: --lock-replicas of the instances (replicas that acknowledge each lock)
+}
+
+// Routes of the purchases to the instances (-route).
+const (
+	// RouteRoundRobin spreads the purchases over the instances whatever their item (client i
+	// of the closed model talks to instance i mod N; purchase i of the open model goes to
+	// instance i mod N): an item's lock passes from process to process.
+	RouteRoundRobin = "round-robin"
+	// RouteItem sends every purchase of an item to one instance, the one nginx's consistent
+	// hash of the item id picks over the instances' addresses (deploy/nginx.conf,
+	// internal/chash), and the next one on the ring when it refuses the connection.
+	RouteItem = "item"
+)
+
+// MaxPurchases bounds a duration-only run.
+const MaxPurchases = 2_000_000
+
+// CartWorkload reports whether the run checks out carts (-workload cart or holds).
+func (c *Config) CartWorkload() bool {
+	return c.Workload == WorkloadCart || c.Workload == WorkloadHolds
+}
+
+// The workloads (-workload).
+const (
+	// WorkloadPurchase buys one item per request (POST /api/items/:id/purchase).
+	WorkloadPurchase = "purchase"
+	// WorkloadCart checks out carts of 1 to maxCartLines lines (POST /api/checkout).
+	WorkloadCart = "cart"
+	// WorkloadHolds places holds on carts (POST /api/holds) and confirms, cancels or leaves
+	// each to expire, with some direct checkouts among them.
+	WorkloadHolds = "holds"
+)

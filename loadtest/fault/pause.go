@@ -1,0 +1,71 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/storeapi"
+	"github.com/stockguard/stockguard/loadtest/cluster"
+)
+
+// pauseHolder pauses for 3x the lease the instance that holds the hot item's lock (an instance
+// serving requests when the strategy takes no lock), then resumes it.
+func (c *Chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start time.Time, r Target) *Event {
+	ev := &Event{Mode: ChaosPause}
+	if !r.Strategy.TakesLock {
+		in := c.cluster.Instances[r.Round%len(c.cluster.Instances)]
+		ev.Note = "the strategy takes no Redis lock: an instance serving requests was paused"
+		c.pause(ctx, ev, in, start)
+		return ev
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var paused *cluster.Instance
+		if c.eachHolder(ctx, r.HotID, func(h storeapi.Holder) bool {
+			in := c.cluster.Instances[h.Index]
+			ev.Attempts++
+			ev.LockKey = h.Lock.Name
+			if err := in.Pause(); err != nil {
+				return false
+			}
+			if c.stillHeld(ctx, c.rdb, h.Lock) {
+				ev.Token, ev.Confirmed, paused = h.Lock.Token, true, in
+				return true
+			}
+			_ = in.Resume() // it released the lock between the look-up and the SIGSTOP: try again
+			return false
+		}) {
+			c.hold(ctx, ev, paused, start)
+			return ev
+		}
+		if !c.wait(ctx, stop, 10*time.Millisecond) {
+			break
+		}
+	}
+	ev.Note = fmt.Sprintf("no instance was caught holding the lock of item %d (%d tries)", r.HotID, ev.Attempts)
+	return ev
+}
+
+func (c *Chaos) pause(ctx context.Context, ev *Event, in *cluster.Instance, start time.Time) {
+	if err := in.Pause(); err != nil {
+		ev.Note = "pause failed: " + err.Error()
+		return
+	}
+	c.hold(ctx, ev, in, start)
+}
+
+// hold keeps the already paused instance stopped for 3× the lease (less if ctx ends), then resumes it.
+func (c *Chaos) hold(ctx context.Context, ev *Event, in *cluster.Instance, start time.Time) {
+	ev.Paused, ev.Instance, ev.PID, ev.URL = true, in.Index, in.PID(), in.URL
+	ev.PausedAt = time.Since(start).Seconds()
+	ev.FaultAt = ev.PausedAt
+	t := time.NewTimer(3 * c.lease)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	_ = in.Resume()
+	ev.ResumedAt = time.Since(start).Seconds()
+}

@@ -1,0 +1,127 @@
+package testkit
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// Storefront is the storefront binary a package's TestMain built (Main); SkipReason says why
+// it is missing.
+var Storefront, SkipReason string
+
+// Main is a TestMain: it builds the storefront at root (the module's directory, relative to
+// the package under test) once, runs the tests, and fails the run when a goroutine leaked.
+func Main(m *testing.M, root string) int {
+	dir, err := os.MkdirTemp("", "loadtest-bin-*")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	if testing.Short() {
+		SkipReason = "self-contained runs take a while; skipped with -short"
+	} else if _, err := os.Stat(filepath.Join(root, "main.go")); err != nil {
+		SkipReason = "the storefront's main.go is not there yet: self-contained runs skipped"
+	} else if Storefront, err = build(ctx, root, dir); err != nil {
+		SkipReason = "the storefront does not build yet: " + err.Error()
+	}
+	cancel()
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// build builds the storefront at root into dir (cluster.BuildStorefront, which the tests of
+// package cluster cannot reach through this package).
+func build(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "stockguard")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build storefront: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return bin, nil
+}
+
+// NeedStorefront skips the test when Main could not build the storefront.
+func NeedStorefront(t *testing.T) {
+	t.Helper()
+	if Storefront == "" {
+		t.Skip(SkipReason)
+	}
+}
+
+// NeedClock skips the test without redis-server and a C compiler (-chaos clock's shim).
+func NeedClock(t *testing.T) {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "cc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("-chaos clock needs %s on PATH", bin)
+		}
+	}
+}
+
+// Tlog sends progress lines to the test log.
+type Tlog struct{ T *testing.T }
+
+func (w Tlog) Write(p []byte) (int, error) {
+	w.T.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// AssertGone checks that every process of the run has exited.
+func AssertGone(t *testing.T, pids ...int) {
+	t.Helper()
+	for _, pid := range pids {
+		if pid == 0 {
+			continue
+		}
+		err := syscall.Kill(pid, 0)
+		assert.True(t, errors.Is(err, syscall.ESRCH), "process %d still exists (kill 0: %v)", pid, err)
+	}
+}
+
+// Children returns the live child processes of the test binary and their state (R, S, T...).
+func Children(t *testing.T) map[int]string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	out := map[int]string{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so split after the last ')'.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		var pid, ppid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || len(fields) < 2 {
+			continue
+		}
+		if _, err := fmt.Sscan(fields[1], &ppid); err == nil && ppid == os.Getpid() && fields[0] != "Z" {
+			out[pid] = fields[0]
+		}
+	}
+	return out
+}
