@@ -84,18 +84,22 @@ func (s *server) singlePurchaseFaults(c *gin.Context) error {
 }
 
 // checkout answers 201 with the order of a new cart, or 200 with the original order when the
-// Idempotency-Key was already used for the same cart (after merging its lines).
+// Idempotency-Key was already used for the same cart (after merging its lines). In demo mode
+// it answers Server-Timing as a purchase does (serverTiming: its work and its wait for the locks).
 func (s *server) checkout(c *gin.Context) {
 	req, err := s.parseCheckout(c)
 	if err != nil {
+		s.serverTiming(c, inventory.Spent{})
 		writeCartError(c, err)
 		return
 	}
 	rec, err := s.svc.Checkout(c.Request.Context(), req)
 	if err != nil {
+		s.serverTiming(c, inventory.SpentOf(err))
 		writeCartError(c, err)
 		return
 	}
+	s.serverTiming(c, rec.Spent)
 	status := http.StatusCreated
 	if rec.Replayed {
 		status = http.StatusOK
@@ -175,18 +179,21 @@ func writeCartError(c *gin.Context, err error) {
 	c.AbortWithStatusJSON(a.status, cartErrorBody{Error: cartErrorDetail{Code: a.code, Message: a.message, Lines: short.Lines}})
 }
 
-// placeHold answers 201 with the new hold.
+// placeHold answers 201 with the new hold; in demo mode with Server-Timing, as a purchase.
 func (s *server) placeHold(c *gin.Context) {
 	req, err := s.parseHold(c)
 	if err != nil {
+		s.serverTiming(c, inventory.Spent{})
 		writeCartError(c, err)
 		return
 	}
 	h, err := s.svc.PlaceHold(c.Request.Context(), req)
 	if err != nil {
+		s.serverTiming(c, inventory.SpentOf(err))
 		writeCartError(c, err)
 		return
 	}
+	s.serverTiming(c, h.Spent)
 	c.JSON(http.StatusCreated, h)
 }
 

@@ -49,6 +49,9 @@ type StockHold struct {
 	Now       time.Time     `json:"now"`
 	OrderID   int64         `json:"order_id,omitempty"`
 	Strategy  string        `json:"strategy"`
+	// Spent is what placing it cost (its wait for the locks; a hold has no work), as a
+	// purchase's Receipt.Spent; SpentOf(err) tells it of a failed placement.
+	Spent Spent `json:"-"`
 }
 
 // PlaceHold takes every line's units off the stock, all or nothing, with the same write as
@@ -58,6 +61,16 @@ type StockHold struct {
 // item, initial stock − stock = the units of its order lines + the units of its active holds.
 // A short line is a *ShortLinesError (ErrInsufficientStock); other errors as Checkout's.
 func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, error) {
+	sp := &spent{}
+	h, err := s.placeHold(ctx, req, sp)
+	if err != nil {
+		return StockHold{}, &spentError{err: err, spent: sp.get()}
+	}
+	h.Spent = sp.get()
+	return h, nil
+}
+
+func (s *Service) placeHold(ctx context.Context, req HoldRequest, sp *spent) (StockHold, error) {
 	c, err := mergeLines(req.Lines)
 	if err != nil {
 		return StockHold{}, err
@@ -75,7 +88,7 @@ func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, er
 	}
 	var expires int64
 	record := func(bool) recordFunc {
-		return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time) (int64, error) {
+		return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time, _ int64) (int64, error) {
 			var id int64
 			err := tx.QueryRowContext(ctx, s.store.sql(`INSERT INTO holds (status, expires_at_ms, strategy, created_at)
 				VALUES ('active', {now} + ?, ?, ?) RETURNING id, expires_at_ms`), ttl.Milliseconds(), name, now).Scan(&id, &expires)
@@ -91,7 +104,7 @@ func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, er
 			return id, nil
 		}
 	}
-	rec, err := s.sellCart(ctx, c, name, 0, record)
+	rec, err := s.sellCart(ctx, c, name, 0, record, sp)
 	if err != nil {
 		return StockHold{}, err
 	}
@@ -210,7 +223,7 @@ func (s *Service) confirmed(ctx context.Context, tx *sql.Tx, id int64) (CartRece
 		}
 	}
 	now := time.Now().UTC()
-	order, err := s.store.insertCartOrder(ctx, tx, lines, strategy, "", fmt.Sprintf("hold:%d", id), false, now)
+	order, err := s.store.insertCartOrder(ctx, tx, lines, strategy, "", fmt.Sprintf("hold:%d", id), false, now, newBatchID())
 	if err != nil {
 		return CartReceipt{}, err
 	}
