@@ -23,7 +23,9 @@ func NewLocker(c *locking.Client) Locker {
 // NewRedlockLocker adapts a locking.Redlock (a lock held on a quorum of independent Redis
 // nodes) to Locker, for the redlock+guard strategy (Config.Redlock), with the same mapping as
 // NewLocker (fewer than a quorum of nodes reachable is ErrUnavailable).
-func NewRedlockLocker(r *locking.Redlock) Locker { return redisLocker{obtain: r.Obtain, try: r.TryObtain} }
+func NewRedlockLocker(r *locking.Redlock) Locker {
+	return redisLocker{obtain: r.Obtain, try: r.TryObtain}
+}
 
 // redisLocker adapts the Obtain and TryObtain of a locking.Client or locking.Redlock.
 type redisLocker struct {
