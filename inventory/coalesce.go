@@ -28,6 +28,12 @@ type HoldObserver interface {
 	Hold(strategy string, itemID int64, orders int)
 }
 
+// CartHoldObserver is a HoldObserver that is also told, once per hold, how many carts it sold
+// (carts coalesced at their anchor item, coalesce_cart.go; 0 when it sold none).
+type CartHoldObserver interface {
+	CartHold(strategy string, anchor int64, carts int)
+}
+
 // coalesced is lock+guard (and redlock+guard) when a hold may sell to several buyers
 // (Config.MaxBatch > 1). In each process, the purchases of one item wait in a local queue for
 // the item's worker, which owns the hold: the worker, on a context no buyer can cancel, takes
@@ -67,6 +73,7 @@ type itemQueue struct {
 	yield  bool      // the last hold streamed until its window closed: pause before the next
 	readAt time.Time // when that read began: it is true for the purchases waiting then
 	fence  int64     // the stored fence token last seen: the floor of the next token
+	carts  int       // the carts the hold in progress sold
 }
 
 // A waiter's state: a buyer may leave while waiting, until the worker claims it for the write.
@@ -282,6 +289,7 @@ func (s *coalesced) hold(q *itemQueue) {
 		hl = &holdLocks{anchor: held, others: make(map[int64]*otherLock)}
 	}
 	held := hl.anchor
+	q.carts = 0
 	var replies []reply
 	written := 0
 	defer func() {
@@ -290,6 +298,9 @@ func (s *coalesced) hold(q *itemQueue) {
 		s.releaseAll(ctx, hl)
 		if s.holds != nil {
 			s.holds.Hold(s.name, q.id, written)
+			if co, ok := s.holds.(CartHoldObserver); ok {
+				co.CartHold(s.name, q.id, q.carts)
+			}
 		}
 		for _, r := range replies {
 			r.send()

@@ -142,6 +142,7 @@ func (s *coalesced) takeStarving(ctx context.Context, q *itemQueue) (*holdLocks,
 	if len(starving) == 0 {
 		return nil, false
 	}
+	s.log.DebugContext(ctx, "carts left queued too often: taking their locks in item order", "anchor", q.id, "carts", len(starving), "locks", len(floors))
 	hl := &holdLocks{others: make(map[int64]*otherLock)}
 	for _, id := range slices.Sorted(maps.Keys(floors)) {
 		held, err := obtain(ctx, s.locker, id, floors[id])

@@ -82,6 +82,7 @@ func (s *coalesced) write(ctx, lockCtx context.Context, hl *holdLocks, token int
 					remaining = res[i].rec.Remaining
 					if w.cart != nil {
 						remaining = anchorRemaining(res[i].cart, q.id, remaining)
+						q.carts++
 					}
 				}
 				replies = append(replies, reply{w: w, rec: res[i].rec, cart: res[i].cart, err: res[i].err})
