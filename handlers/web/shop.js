@@ -167,6 +167,10 @@ function renderCart() {
 }
 
 const cartBody = () => ({ lines: [...cart].map(([id, q]) => ({ item_id: Number(id), quantity: q })) });
+// routeItem is the cart's routing key, its lowest item id: the item its hold waits at when no
+// other is being sold. deploy/nginx.conf hashes X-Route-Item as a purchase's item, so the cart
+// reaches the replica that sells that item.
+const routeItem = () => String(Math.min(...[...cart.keys()].map(Number)));
 
 // call sends one JSON request and returns the answer and its body (null when there is none
 // or it is not JSON). A failed fetch throws a TypeError.
@@ -234,7 +238,7 @@ async function checkout() {
   let target = $('status');
   cartKey ??= idempotencyKey();
   try {
-    const { res, body } = await call('POST', '/api/checkout', cartBody(), { 'Idempotency-Key': cartKey });
+    const { res, body } = await call('POST', '/api/checkout', cartBody(), { 'Idempotency-Key': cartKey, 'X-Route-Item': routeItem() });
     if (res.ok && Array.isArray(body?.lines)) {
       cart.clear();
       short.clear();
@@ -263,7 +267,7 @@ async function placeHold() {
   let message;
   let target = $('status');
   try {
-    const { res, body } = await call('POST', '/api/holds', { ...cartBody(), ttl: $('hold-ttl').value });
+    const { res, body } = await call('POST', '/api/holds', { ...cartBody(), ttl: $('hold-ttl').value }, { 'X-Route-Item': routeItem() });
     if (res.ok && body?.id) {
       cart.clear();
       short.clear();
