@@ -70,7 +70,7 @@ type itemQueue struct {
 	known  bool      // stock and fence were read by this worker
 	stock  int       // the stock after this worker's last read or write
 	read   int       // the stock this worker's last read found
-	yield  bool      // the last hold streamed until its window closed: pause before the next
+	pause  time.Duration // before the next hold: the last one kept the lock long (holdPause)
 	readAt time.Time // when that read began: it is true for the purchases waiting then
 	fence  int64     // the stored fence token last seen: the floor of the next token
 	carts  int       // the carts the hold in progress sold
@@ -200,12 +200,14 @@ func (s *coalesced) run(q *itemQueue) {
 			return
 		}
 		s.mu.Unlock()
-		if q.yield {
-			// The last hold streamed until its window closed with buyers still coming: give
-			// the lock's waiters in other processes (a cart of this item) the moment its
-			// release message needs to reach them, or this worker would take it back first.
-			q.yield = false
-			t := time.NewTimer(streamYield)
+		if q.pause > 0 {
+			// The last hold kept the lock long (it streamed until its window closed, or its
+			// batch worked) with buyers still coming: give the lock's waiters in other
+			// processes (their purchases and carts of this item) the moment its release
+			// message needs to reach them, or this worker would take it back first, again
+			// and again, and their buyers would wait many holds (round-robin balancing).
+			t := time.NewTimer(q.pause)
+			q.pause = 0
 			select {
 			case <-t.C:
 			case <-s.life.ctx.Done():
@@ -334,10 +336,30 @@ func (s *coalesced) hold(q *itemQueue) {
 		return
 	}
 	if nt, ok := held.(nextTokener); ok && s.stream > 0 {
-		written, q.yield = s.streamHold(ctx, lockCtx, hl, nt, q, batch)
+		var closed bool
+		written, closed = s.streamHold(ctx, lockCtx, hl, nt, q, batch)
+		if closed {
+			q.pause = streamYield
+		}
 		return
 	}
 	replies, written = s.sell(ctx, lockCtx, hl, q, batch)
+	q.pause = holdPause(batch)
+}
+
+// holdPause is the pause before the next hold after a hold of batch: a quarter of its longest
+// work, from 1ms to streamYield; none without work (a hold then takes a few milliseconds, and
+// the lock changes hands between processes as often as it would with the pause, since their
+// waiters are already awake).
+func holdPause(batch []*waiter) time.Duration {
+	var longest time.Duration
+	for _, w := range batch {
+		longest = max(longest, w.p.work)
+	}
+	if longest <= 0 {
+		return 0
+	}
+	return min(streamYield, max(time.Millisecond, longest/4))
 }
 
 // reply is an answer a hold gives once its lock is released.
