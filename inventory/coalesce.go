@@ -67,13 +67,13 @@ type itemQueue struct {
 	pending []*waiter     // arrival order; only the worker removes entries, from the front
 	wake    chan struct{} // (1) a purchase joined pending: a streaming hold admits it
 
-	known  bool      // stock and fence were read by this worker
-	stock  int       // the stock after this worker's last read or write
-	read   int       // the stock this worker's last read found
+	known  bool          // stock and fence were read by this worker
+	stock  int           // the stock after this worker's last read or write
+	read   int           // the stock this worker's last read found
 	pause  time.Duration // before the next hold: the last one kept the lock long (holdPause)
-	readAt time.Time // when that read began: it is true for the purchases waiting then
-	fence  int64     // the stored fence token last seen: the floor of the next token
-	carts  int       // the carts the hold in progress sold
+	readAt time.Time     // when that read began: it is true for the purchases waiting then
+	fence  int64         // the stored fence token last seen: the floor of the next token
+	carts  int           // the carts the hold in progress sold
 }
 
 // A waiter's state: a buyer may leave while waiting, until the worker claims it for the write.
