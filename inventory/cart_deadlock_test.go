@@ -19,11 +19,16 @@ import (
 
 // anchorCount is a CartHoldObserver: the carts its process's holds sold, by anchor item.
 type anchorCount struct {
-	mu    sync.Mutex
-	carts map[int64]int
+	mu        sync.Mutex
+	carts     map[int64]int
+	mostSales int // the most orders one hold wrote
 }
 
-func (a *anchorCount) Hold(string, int64, int) {}
+func (a *anchorCount) Hold(_ string, _ int64, orders int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.mostSales = max(a.mostSales, orders)
+}
 func (a *anchorCount) CartHold(_ string, anchor int64, carts int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

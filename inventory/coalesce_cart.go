@@ -61,12 +61,15 @@ type otherLock struct {
 	written bool            // a write used token: a streaming hold's next write draws another
 }
 
-// release gives every lock of the hold back, the others first.
+// releaseAll gives every lock of the hold back, concurrently (one round trip to Redis for all
+// of them, not one each, while the anchor's lock, the hot one, is still held).
 func (s *coalesced) releaseAll(ctx context.Context, hl *holdLocks) {
-	for _, id := range slices.Sorted(maps.Keys(hl.others)) {
-		s.release(ctx, hl.others[id].held)
+	var wg sync.WaitGroup
+	for _, o := range hl.others {
+		wg.Go(func() { s.release(ctx, o.held) }) // owner: releaseAll, which waits for it
 	}
 	s.release(ctx, hl.anchor)
+	wg.Wait()
 }
 
 // carts reports whether carts can be coalesced over s's locker (it takes a lock without waiting).
@@ -186,7 +189,7 @@ func (s *coalesced) answerSet(q *itemQueue, set []*waiter, err error) {
 }
 
 // takeOthers takes, without waiting, the locks of the other items of the carts in batch that
-// the hold does not hold yet (one attempt each, ascending). A cart whose other locks are all
+// the hold does not hold yet (one attempt each, concurrently). A cart whose other locks are all
 // held stays in the batch (its wait for the lock ends here); one with a busy lock goes back to
 // the front of the queue, not admitted, its skips counted, for a later hold.
 func (s *coalesced) takeOthers(ctx context.Context, q *itemQueue, hl *holdLocks, batch []*waiter) []*waiter {
@@ -202,20 +205,28 @@ func (s *coalesced) takeOthers(ctx context.Context, q *itemQueue, hl *holdLocks,
 			}
 		}
 	}
+	// One attempt each, concurrently: none waits, so their order does not matter.
 	busy := make(map[int64]bool)
-	for _, id := range slices.Sorted(maps.Keys(want)) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for id, floor := range want {
 		if tl == nil {
 			busy[id] = true
 			continue
 		}
-		held, err := tl.TryObtain(ctx, ItemLockName(id), want[id])
-		if err != nil {
-			s.log.DebugContext(ctx, "cart left queued: the lock of another of its items is taken", "anchor", q.id, "item", id, "err", err)
-			busy[id] = true
-			continue
-		}
-		hl.others[id] = &otherLock{held: held, ctx: held.Context(s.life.ctx), token: held.Token()}
+		wg.Go(func() { // owner: takeOthers, which waits for it
+			held, err := tl.TryObtain(ctx, ItemLockName(id), floor)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				s.log.DebugContext(ctx, "cart left queued: the lock of another of its items is taken", "anchor", q.id, "item", id, "err", err)
+				busy[id] = true
+				return
+			}
+			hl.others[id] = &otherLock{held: held, ctx: held.Context(s.life.ctx), token: held.Token()}
+		})
 	}
+	wg.Wait()
 	kept := batch[:0]
 	var back []*waiter
 	now := time.Now()
