@@ -275,6 +275,8 @@ func (s *coalesced) hold(q *itemQueue) {
 			return
 		}
 	}
+	var got time.Time       // when the anchor's lock was taken
+	var waited time.Duration // how long that took: another process held it
 	hl, answered := s.takeStarving(ctx, q)
 	if answered {
 		return
@@ -283,7 +285,10 @@ func (s *coalesced) hold(q *itemQueue) {
 	n := len(q.pending) // the purchases this hold is taken for
 	s.mu.Unlock()
 	if hl == nil {
+		asked := time.Now()
 		held, err := obtain(ctx, s.locker, q.id, q.fence)
+		got = time.Now()
+		waited = got.Sub(asked)
 		if err != nil {
 			s.obtainFailed(q, n, err)
 			return
@@ -345,7 +350,21 @@ func (s *coalesced) hold(q *itemQueue) {
 	}
 	replies, written = s.sell(ctx, lockCtx, hl, q, batch)
 	q.pause = holdPause(batch)
+	if q.pause > 0 && waited > contended {
+		// Other processes want the lock too (this hold waited for it): pause as long as
+		// this hold kept it, so that the lock goes round them before this worker asks again
+		// (a pause shorter than a hold lets it race the waiter that lost the last turn, and
+		// a waiter may lose many turns in a row).
+		q.pause = max(q.pause, min(time.Since(got), maxContendedPause))
+	}
 }
+
+// contended is the wait for the anchor's lock beyond which a worker takes it that another
+// process holds it too; maxContendedPause bounds the pause after such a hold.
+const (
+	contended         = time.Millisecond
+	maxContendedPause = 50 * time.Millisecond
+)
 
 // holdPause is the pause before the next hold after a hold of batch: a quarter of its longest
 // work, from 1ms to streamYield; none without work (a hold then takes a few milliseconds, and
