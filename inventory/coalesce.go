@@ -275,7 +275,7 @@ func (s *coalesced) hold(q *itemQueue) {
 			return
 		}
 	}
-	var got time.Time       // when the anchor's lock was taken
+	var got time.Time        // when the anchor's lock was taken
 	var waited time.Duration // how long that took: another process held it
 	hl, answered := s.takeStarving(ctx, q)
 	if answered {
