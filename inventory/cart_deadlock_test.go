@@ -22,12 +22,22 @@ type anchorCount struct {
 	mu        sync.Mutex
 	carts     map[int64]int
 	mostSales int // the most orders one hold wrote
+	writing   int // the holds that wrote orders
 }
 
 func (a *anchorCount) Hold(_ string, _ int64, orders int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.mostSales = max(a.mostSales, orders)
+	if orders > 0 {
+		a.writing++
+	}
+}
+
+func (a *anchorCount) holdsWriting() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.writing
 }
 func (a *anchorCount) CartHold(_ string, anchor int64, carts int) {
 	a.mu.Lock()

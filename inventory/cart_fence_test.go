@@ -105,3 +105,65 @@ func testCartStaleOtherLockDropsOnlyItsCarts(t *testing.T, be backend) {
 	t.Logf("one hold wrote both: %v", together)
 	assertBalanced(t, s)
 }
+
+// A streaming hold admits carts in every round, and each of its writes fences every item it
+// touches with a token of its own: the anchor's and the other item's locks each draw a new
+// token (NextToken) for every write after the first, so no token of either item is written
+// by two transactions (the strict fence), and every cart sells.
+func TestCartsInStreamingHold(t *testing.T) { forEachBackend(t, testCartsInStreamingHold) }
+
+func testCartsInStreamingHold(t *testing.T, be backend) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t, be)
+	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	obs := &anchorCount{carts: map[int64]int{}}
+	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), StreamHold: time.Second, Holds: obs})
+	t.Cleanup(func() { _ = s.Close() })
+	ids := resetItems(t, s, 100, 100)
+	a, b := ids[0], ids[1]
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { // works of different lengths: the hold writes several times
+			_, errs[i] = s.Checkout(context.Background(), inventory.CheckoutRequest{Strategy: inventory.StrategyLockGuard,
+				Lines: lines(a, 1, b, 1), Work: time.Duration(1+i*15) * time.Millisecond})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "cart %d", i)
+	}
+	require.NoError(t, s.Close()) // its workers have ended: every hold was reported
+	orders := ordersOf(t, s, a)
+	require.Len(t, orders, len(errs))
+	oids := make([]int64, len(orders))
+	batchOf := make(map[int64]int64, len(orders))
+	for i, o := range orders {
+		oids[i], batchOf[o.ID] = o.ID, o.BatchID
+	}
+	lineOf, err := s.OrderLines(t.Context(), oids)
+	require.NoError(t, err)
+	writes := map[int64]bool{}
+	for _, item := range []int64{a, b} {
+		tokenBatch := map[int64]int64{} // each token of the item: the one batch that wrote it
+		for id, ls := range lineOf {
+			writes[batchOf[id]] = true
+			for _, l := range ls {
+				if l.ItemID != item {
+					continue
+				}
+				require.Positive(t, l.FenceToken)
+				if prev, ok := tokenBatch[l.FenceToken]; ok {
+					assert.Equal(t, prev, batchOf[id], "item %d: token %d written by two transactions", item, l.FenceToken)
+				}
+				tokenBatch[l.FenceToken] = batchOf[id]
+			}
+		}
+	}
+	holds := obs.holdsWriting()
+	t.Logf("%d carts in %d writes of %d holds", len(orders), len(writes), holds)
+	assert.Greater(t, len(writes), holds, "a hold wrote more than once: its locks drew new tokens")
+	assert.Equal(t, 92, statsOf(t, s, b).Stock)
+	assertBalanced(t, s)
+}
