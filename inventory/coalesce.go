@@ -11,11 +11,6 @@ import (
 // DefaultMaxBatch is the default of Config.MaxBatch: the most purchases one lock hold sells.
 const DefaultMaxBatch = 64
 
-// streamYield is how long an item's worker waits, after a streaming hold that ran its whole
-// window, before it takes the lock again: long enough for the release message to wake a waiter
-// in another process and its acquisition to reach Redis, short beside the window.
-const streamYield = 10 * time.Millisecond
-
 // maxReadmits bounds how often one hold reads again and admits again after its guarded update
 // found less stock than it had read (another writer without the lock).
 const maxReadmits = 3
@@ -41,9 +36,10 @@ type CartHoldObserver interface {
 // purchases in arrival order while they fit (answering the others sold out or insufficient
 // stock at once, with no work spent), runs the admitted purchases' work concurrently, each
 // under its buyer's context joined with the lock's, and writes every completed purchase in one
-// transaction (store.writeOrders, the write of one purchase too). Then it releases the lock, so that other processes get their
-// turn, and serves the next batch. The fence check is unchanged: one write per hold, with the
-// hold's token, refused when a newer token has written.
+// transaction (store.writeSales, the write of one purchase too). Then it releases the lock, so
+// that other processes get their turn (coalesce_turns.go), and serves the next batch. The fence
+// check is unchanged: one write per hold, with the hold's token, refused when a newer token has
+// written. Carts wait in the same queues (coalesce_cart.go).
 type coalesced struct {
 	deps
 	locker   Locker
@@ -357,28 +353,6 @@ func (s *coalesced) hold(q *itemQueue) {
 		// a waiter may lose many turns in a row).
 		q.pause = max(q.pause, min(time.Since(got), maxContendedPause))
 	}
-}
-
-// contended is the wait for the anchor's lock beyond which a worker takes it that another
-// process holds it too; maxContendedPause bounds the pause after such a hold.
-const (
-	contended         = time.Millisecond
-	maxContendedPause = 50 * time.Millisecond
-)
-
-// holdPause is the pause before the next hold after a hold of batch: a quarter of its longest
-// work, from 1ms to streamYield; none without work (a hold then takes a few milliseconds, and
-// the lock changes hands between processes as often as it would with the pause, since their
-// waiters are already awake).
-func holdPause(batch []*waiter) time.Duration {
-	var longest time.Duration
-	for _, w := range batch {
-		longest = max(longest, w.p.work)
-	}
-	if longest <= 0 {
-		return 0
-	}
-	return min(streamYield, max(time.Millisecond, longest/4))
 }
 
 // reply is an answer a hold gives once its lock is released.
