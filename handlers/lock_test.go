@@ -199,6 +199,17 @@ func TestServerTimingOfCarts(t *testing.T) {
 	work, _ = serverTiming(t, a)
 	assert.Zero(t, work)
 
+	// A lock+guard cart (the default here, as the hold above and the first checkout) waits at
+	// its anchor's coalesced hold, which counts it: three carts, one hold each.
+	a = e.do("POST", "/api/checkout", `{"lines":[{"item_id":2,"quantity":1},{"item_id":1,"quantity":1}]}`,
+		"X-Simulated-Work: 10ms", "X-Strategy: lock+guard")
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	work, _ = serverTiming(t, a)
+	assert.GreaterOrEqual(t, work, 10.0)
+	metrics := string(e.do("GET", "/metrics", "").body)
+	assert.Regexp(t, `stockguard_hold_carts_sum 3\n`, metrics, "the holds served the three carts")
+	assert.Regexp(t, `stockguard_hold_carts_count 3\n`, metrics)
+
 	a = e.do("POST", "/api/holds", `{"lines":[]}`)
 	require.Equal(t, http.StatusBadRequest, a.status)
 	serverTiming(t, a)
