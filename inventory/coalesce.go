@@ -70,6 +70,7 @@ type itemQueue struct {
 	readAt time.Time     // when that read began: it is true for the purchases waiting then
 	fence  int64         // the stored fence token last seen: the floor of the next token
 	carts  int           // the carts the hold in progress sold
+	shared time.Time     // when a hold last had to wait for the lock: another process wants it
 }
 
 // A waiter's state: a buyer may leave while waiting, until the worker claims it for the write.
@@ -345,13 +346,21 @@ func (s *coalesced) hold(q *itemQueue) {
 		return
 	}
 	replies, written = s.sell(ctx, lockCtx, hl, q, batch)
-	q.pause = holdPause(batch)
-	if q.pause > 0 && waited > contended {
-		// Other processes want the lock too (this hold waited for it): pause as long as
-		// this hold kept it, so that the lock goes round them before this worker asks again
-		// (a pause shorter than a hold lets it race the waiter that lost the last turn, and
-		// a waiter may lose many turns in a row).
-		q.pause = max(q.pause, min(time.Since(got), maxContendedPause))
+	if waited > contended {
+		q.shared = got
+	}
+	q.pause = 0
+	if time.Since(q.shared) < sharedFor {
+		// Other processes want the lock too (coalesce_turns.go). Alone with the item (routed
+		// by item), a worker never waits for its lock and never pauses.
+		q.pause = holdPause(batch)
+		if q.pause > 0 && waited > contended {
+			// This hold waited for it: pause as long as this hold kept it, so that the lock
+			// goes round them before this worker asks again (a pause shorter than a hold lets
+			// it race the waiter that lost the last turn, and a waiter may lose many turns in
+			// a row).
+			q.pause = max(q.pause, min(time.Since(got), maxContendedPause))
+		}
 	}
 }
 

@@ -17,6 +17,9 @@ const streamYield = 10 * time.Millisecond
 const (
 	contended         = time.Millisecond
 	maxContendedPause = 50 * time.Millisecond
+	// sharedFor is how long after its last wait for the lock a worker takes it that other
+	// processes still want it, and pauses after its holds that worked.
+	sharedFor = time.Second
 )
 
 // holdPause is the pause before the next hold after a hold of batch: a quarter of its longest
