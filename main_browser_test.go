@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,6 +141,7 @@ func TestShopCartInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, browsertest.Void(chromedp.Evaluate[any](`(() => {
 		const real = window.fetch;
 		window.fetch = async (url, init) => {
+			if (/\/api\/(checkout|holds)$/.test(String(url))) (window.routes ??= []).push(init?.headers?.['X-Route-Item']);
 			const res = await real(url, init);
 			if (String(url).endsWith('/api/checkout') && !window.lostOne) {
 				window.lostOne = true;
@@ -156,6 +159,9 @@ func TestShopCartInBrowser(t *testing.T) {
 		waitStatus(`^Order \d+ placed: 2 × Anorak, 1 × Boots\.$`)))
 	assert.Equal(t, "order-heading", focused())
 	assert.Equal(t, "2 × Anorak|1 × Boots", eval(`[...document.querySelectorAll('#order-lines li')].map((e) => e.textContent).join('|')`))
+	// Both checkouts named the cart's routing key, its lowest item id (deploy/nginx.conf).
+	assert.Equal(t, strings.Repeat(strconv.FormatInt(min(anorak, boots), 10)+",", 2), eval(`window.routes.join(',') + ','`),
+		"X-Route-Item of each checkout")
 	assert.Equal(t, "true", eval(`String(document.getElementById('cart-lines').children.length === 0 && !document.getElementById('cart-empty').hidden)`))
 	var orders []struct {
 		ItemID int64 `json:"item_id"`

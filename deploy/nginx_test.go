@@ -181,6 +181,39 @@ func TestNginxRoutesPurchasesByItem(t *testing.T) {
 	}
 	assert.Len(t, reads, len(fronts), "12 reads reached replicas %v", reads)
 
+	// 2b. Carts and holds carry their routing key, their anchor item (the shop page sends the
+	// cart's lowest item id), in X-Route-Item: they reach that item's replica, as the item's
+	// purchases do (leading zeros ignored); without it they are spread.
+	partner := items[len(items)-1]
+	for _, it := range items[:6] {
+		body := fmt.Sprintf(`{"lines":[{"item_id":%d,"quantity":1},{"item_id":%d,"quantity":1}]}`, it.ID, partner.ID)
+		for _, path := range []string{"/api/checkout", "/api/holds"} {
+			res := ngx.do(t, "POST", path, body, "X-Route-Item: 0"+strconv.FormatInt(it.ID, 10))
+			require.Equal(t, http.StatusCreated, res.status, "%s: %s", path, res.body)
+			res.upstreams = ngx.upstreamsOf(t, res.requestID)
+			assert.Equal(t, home[it.ID], replicaOf(res.last()), "%s routed by item %d", path, it.ID)
+			if path == "/api/checkout" {
+				sold[it.ID]++
+				sold[partner.ID]++
+				continue
+			}
+			var h struct {
+				ID int64 `json:"id"`
+			}
+			require.NoError(t, json.Unmarshal(res.body, &h))
+			require.Equal(t, http.StatusNoContent, ngx.do(t, "DELETE", fmt.Sprintf("/api/holds/%d", h.ID), "").status)
+		}
+	}
+	carts := map[int]int{}
+	for range 12 {
+		body := fmt.Sprintf(`{"lines":[{"item_id":%d,"quantity":1}]}`, partner.ID)
+		res := ngx.do(t, "POST", "/api/checkout", body)
+		require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
+		sold[partner.ID]++
+		carts[replicaOf(ngx.upstreamsOf(t, res.requestID)[0])]++
+	}
+	assert.Greater(t, len(carts), 1, "12 carts without X-Route-Item reached replicas %v", carts)
+
 	// 3. Kill the hot item's replica: its items move, each to one other replica, without a
 	// purchase failing; the other items stay where they were.
 	dead := hotHome

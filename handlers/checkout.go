@@ -85,18 +85,22 @@ func (s *server) singlePurchaseFaults(c *gin.Context) error {
 }
 
 // checkout answers 201 with the order of a new cart, or 200 with the original order when the
-// Idempotency-Key was already used for the same cart (after merging its lines).
+// Idempotency-Key was already used for the same cart (after merging its lines). In demo mode
+// it answers Server-Timing as a purchase does (serverTiming: its work and its wait for the locks).
 func (s *server) checkout(c *gin.Context) {
 	req, err := s.parseCheckout(c)
 	if err != nil {
+		s.serverTiming(c, inventory.Spent{})
 		writeCartError(c, err)
 		return
 	}
 	rec, err := s.svc.Checkout(c.Request.Context(), req)
 	if err != nil {
+		s.serverTiming(c, inventory.SpentOf(err))
 		writeCartError(c, err)
 		return
 	}
+	s.serverTiming(c, rec.Spent)
 	status := http.StatusCreated
 	if rec.Replayed {
 		status = http.StatusOK
@@ -177,15 +181,18 @@ func writeCartError(c *gin.Context, err error) {
 }
 
 // placeHold answers 201 with the new hold, or 200 with the hold as it stands now when the
-// Idempotency-Key already placed it (same merged lines, same ttl).
+// Idempotency-Key already placed it (same merged lines, same ttl); in demo mode with
+// Server-Timing, as a purchase.
 func (s *server) placeHold(c *gin.Context) {
 	req, err := s.parseHold(c)
 	if err != nil {
+		s.serverTiming(c, inventory.Spent{})
 		writeCartError(c, err)
 		return
 	}
 	h, err := s.svc.PlaceHold(c.Request.Context(), req)
 	if err != nil {
+		s.serverTiming(c, inventory.SpentOf(err))
 		writeCartError(c, err)
 		return
 	}
@@ -193,6 +200,7 @@ func (s *server) placeHold(c *gin.Context) {
 	if h.Replayed {
 		status = http.StatusOK
 	}
+	s.serverTiming(c, h.Spent)
 	c.JSON(status, h)
 }
 

@@ -177,3 +177,46 @@ func TestPprofDemoOnly(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, a.status)
 	assert.Contains(t, string(a.body), `"code":"not_found"`)
 }
+
+// Checkouts and hold placements answer Server-Timing in demo mode as purchases do: a sold
+// cart spent its work, a cart refused on its stock read none, a hold none (it has no work),
+// and errors carry it too.
+func TestServerTimingOfCarts(t *testing.T) {
+	e := newEnv(t, envOptions{redis: redistest.Start(t), demo: true})
+	a := e.do("POST", "/api/checkout", `{"lines":[{"item_id":1,"quantity":1},{"item_id":2,"quantity":1}]}`, "X-Simulated-Work: 30ms")
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	work, lock := serverTiming(t, a)
+	assert.GreaterOrEqual(t, work, 30.0)
+	assert.GreaterOrEqual(t, lock, 0.0)
+
+	a = e.do("POST", "/api/checkout", `{"lines":[{"item_id":1,"quantity":1000}]}`, "X-Simulated-Work: 30ms")
+	require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
+	work, _ = serverTiming(t, a)
+	assert.Zero(t, work, "refused on its stock read, before any work")
+
+	a = e.do("POST", "/api/holds", `{"lines":[{"item_id":1,"quantity":1}]}`)
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	work, _ = serverTiming(t, a)
+	assert.Zero(t, work)
+
+	// A lock+guard cart (the default here, as the hold above and the first checkout) waits at
+	// its anchor's coalesced hold, which counts it: three carts, one hold each.
+	a = e.do("POST", "/api/checkout", `{"lines":[{"item_id":2,"quantity":1},{"item_id":1,"quantity":1}]}`,
+		"X-Simulated-Work: 10ms", "X-Strategy: lock+guard")
+	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
+	work, _ = serverTiming(t, a)
+	assert.GreaterOrEqual(t, work, 10.0)
+	metrics := string(e.do("GET", "/metrics", "").body)
+	assert.Regexp(t, `stockguard_hold_carts_sum 3\n`, metrics, "the holds served the three carts")
+	assert.Regexp(t, `stockguard_hold_carts_count 3\n`, metrics)
+
+	a = e.do("POST", "/api/holds", `{"lines":[]}`)
+	require.Equal(t, http.StatusBadRequest, a.status)
+	serverTiming(t, a)
+	a = e.do("POST", "/api/checkout", `{"lines":[]}`)
+	require.Equal(t, http.StatusBadRequest, a.status)
+	serverTiming(t, a)
+
+	plain := newEnv(t, envOptions{})
+	assert.Empty(t, plain.do("POST", "/api/checkout", `{"lines":[{"item_id":1,"quantity":1}]}`).header.Get("Server-Timing"), "demo mode only")
+}

@@ -31,6 +31,7 @@ type Metrics struct {
 	lockRenewals prometheus.Counter
 	lockLosses   prometheus.Counter
 	batchSize    prometheus.Histogram
+	holdCarts    prometheus.Histogram
 	holds        *prometheus.CounterVec // by item
 	checkouts    *prometheus.CounterVec // POST /api/checkout by result
 	stockHolds   *prometheus.CounterVec // the hold routes by operation and result
@@ -83,6 +84,11 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Help:    "Orders written by one coalesced lock hold (lock+guard, redlock+guard).",
 			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
+		holdCarts: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Name: "hold_carts",
+			Help:    "Carts (checkouts and stock hold placements) served by one coalesced lock hold of lock+guard, at their anchor item; _sum/_count is the mean carts per hold.",
+			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64},
+		}),
 		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "holds_total",
 			Help: "Coalesced lock holds by item; rate() gives holds per second per item.",
@@ -101,7 +107,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			[]string{"item_id", "sku"}, nil)},
 	}
 	reg.MustRegister(m.purchases, m.purchaseTime, m.degraded, m.lockWait, m.lockHeld, m.lockRenewals,
-		m.lockLosses, m.batchSize, m.holds, m.checkouts, m.stockHolds, m.stock,
+		m.lockLosses, m.batchSize, m.holdCarts, m.holds, m.checkouts, m.stockHolds, m.stock,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
@@ -132,6 +138,14 @@ var _ inventory.HoldObserver = (*Metrics)(nil)
 func (m *Metrics) Hold(_ string, itemID int64, orders int) {
 	m.batchSize.Observe(float64(orders))
 	m.holds.WithLabelValues(strconv.FormatInt(itemID, 10)).Inc()
+}
+
+// Metrics is an inventory.CartHoldObserver too.
+var _ inventory.CartHoldObserver = (*Metrics)(nil)
+
+// CartHold records the carts one coalesced lock hold sold (0 when it sold none).
+func (m *Metrics) CartHold(_ string, _ int64, carts int) {
+	m.holdCarts.Observe(float64(carts))
 }
 
 // observePurchase counts one purchase under its strategy and result, and its service time

@@ -61,103 +61,21 @@ func rebind(pg bool, q string) string {
 // newBatchID returns a positive id for one write transaction: the orders it stores carry it.
 func newBatchID() int64 { return rand.Int64N(1<<62) + 1 }
 
-// batchResult is one purchase's outcome in a write of several.
-type batchResult struct {
-	rec Receipt
-	err error // errDuplicateKey when its idempotency key was already taken
-}
-
 // writeOne is the guarded write of one purchase (guard, lock+guard one purchase per hold, the
-// degraded sale, redis-stock+guard): a write of a batch of one, fenced when token > 0.
+// degraded sale, redis-stock+guard): the package's one write (writeSales) of a batch of one,
+// fenced when token > 0.
 func (st store) writeOne(ctx context.Context, p purchase, strategy string, token int64) (Receipt, error) {
-	res, err := st.writeOrders(ctx, p.itemID, []purchase{p}, strategy, token)
+	res, err := st.writeSales(ctx, p.itemID, []sale{{p: p}}, strategy, map[int64]int64{p.itemID: token})
 	if err != nil {
 		return Receipt{}, err
 	}
 	return res[0].rec, res[0].err
 }
 
-// writeOrders is the package's one guarded write, for one purchase (writeOne) as for the batch
-// of a coalesced hold of itemID: in ONE short transaction (sqlTx), the guarded update takes
-// the total quantity of ps off the stock (sqlFencedUpdate with the hold's token when token >
-// 0, sqlGuardedUpdate otherwise), then one order per purchase is inserted, in order, each
-// recording the stock left after it, all under one batch id. A purchase whose idempotency key
-// is already taken gets no order and errDuplicateKey (Service.Purchase turns it into the
-// replay of the key's order), and its units are given back in the same transaction; when no
-// order is inserted at all, the transaction is rolled back: stock and fence untouched.
-//
-// When the update changes nothing, nothing is written and the error is refusal's: a stale
-// fence (ErrLockLost), ErrSoldOut or ErrInsufficientStock for the total, or ErrNotFound.
-func (st store) writeOrders(ctx context.Context, itemID int64, ps []purchase, strategy string, token int64) ([]batchResult, error) {
-	out := make([]batchResult, len(ps))
-	total := 0
-	for _, p := range ps {
-		total += p.quantity
-	}
-	err := st.sqlTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		now := time.Now().UTC()
-		// The units of expired holds on the item go back first (cart_store.go): the stock a
-		// sale may count on includes them. Every hold found has a line of itemID, so the rows
-		// are still locked in ascending item order.
-		give, err := st.expireHolds(ctx, tx, []int64{itemID})
-		if err != nil {
-			return err
-		}
-		if err := st.giveBackAll(ctx, tx, give, now); err != nil {
-			return err
-		}
-		left, err := st.guardedUpdate(ctx, tx, itemID, total, token, now)
-		if err != nil {
-			return err
-		}
-		batch := newBatchID()
-		stock, taken := left+total, 0 // the stock before this write; the units of taken keys
-		insert := tx.StmtContext(ctx, st.q.insertOrder)
-		for i, p := range ps {
-			var key any
-			if p.key != "" {
-				key = p.key
-			}
-			var id int64
-			err := insert.QueryRowContext(ctx, itemID, p.quantity, strategy, token, key, p.fingerprint,
-				stock-p.quantity, batch, p.degraded, now).Scan(&id)
-			if errors.Is(err, sql.ErrNoRows) { // the key is taken
-				out[i] = batchResult{err: errDuplicateKey}
-				taken += p.quantity
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			stock -= p.quantity
-			if _, err := tx.StmtContext(ctx, st.cq.insertLine).ExecContext(ctx, id, itemID, p.quantity, token, stock); err != nil {
-				return err
-			}
-			out[i] = batchResult{rec: Receipt{OrderID: id, ItemID: itemID, Quantity: p.quantity, Remaining: stock,
-				FenceToken: token, Strategy: strategy, Degraded: p.degraded}}
-		}
-		switch {
-		case taken == total:
-			return errNothingSold // every key was taken: roll back
-		case taken > 0:
-			_, err := tx.StmtContext(ctx, st.q.giveBack).ExecContext(ctx, taken, now, itemID)
-			return err
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, errNothingSold):
-		return out, nil
-	case err != nil:
-		return nil, err
-	}
-	return out, nil
-}
-
 // errNothingSold rolls back a write whose every purchase found its idempotency key taken.
 var errNothingSold = errors.New("inventory: every idempotency key of the write was taken")
 
-// guardedUpdate runs the guarded update of writeOrders inside tx and returns the stock it
+// guardedUpdate runs one guarded update of writeSales inside tx and returns the stock it
 // left. When it changes nothing, the item read right after, in the same transaction, tells
 // why (refusal); at READ COMMITTED a row that would pass now is updated again, twice at most.
 func (st store) guardedUpdate(ctx context.Context, tx *sql.Tx, itemID int64, quantity int, token int64, now time.Time) (int, error) {

@@ -286,9 +286,10 @@ func (st store) writeCart(ctx context.Context, lines []cartLine, tokens map[int6
 
 // insertCartOrder stores the order of a cart (or a confirmed hold) and its lines, in tx: an
 // order of one line carries that line's item, token and remaining stock, as a purchase's
-// does; an order of several lines has item_id 0 and its quantity is the sum of its lines. A
+// does; an order of several lines has item_id 0 and its quantity is the sum of its lines. It
+// carries batch, the id of the write transaction (every order of one coalesced hold shares it). A
 // key already taken is errDuplicateKey (the caller's transaction rolls back).
-func (st store) insertCartOrder(ctx context.Context, tx *sql.Tx, lines []LineReceipt, strategy, key, fp string, degraded bool, now time.Time) (int64, error) {
+func (st store) insertCartOrder(ctx context.Context, tx *sql.Tx, lines []LineReceipt, strategy, key, fp string, degraded bool, now time.Time, batch int64) (int64, error) {
 	var itemID, token int64
 	remaining, total := 0, 0
 	for _, l := range lines {
@@ -303,7 +304,7 @@ func (st store) insertCartOrder(ctx context.Context, tx *sql.Tx, lines []LineRec
 	}
 	var id int64
 	err := tx.StmtContext(ctx, st.q.insertOrder).QueryRowContext(ctx, itemID, total, strategy, token, k, fp,
-		remaining, newBatchID(), degraded, now).Scan(&id)
+		remaining, batch, degraded, now).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, errDuplicateKey
 	}

@@ -53,6 +53,9 @@ type CartReceipt struct {
 	HoldID   int64         `json:"hold_id,omitempty"` // the hold this order confirmed
 	Degraded bool          `json:"degraded,omitempty"`
 	Replayed bool          `json:"-"` // an earlier answer, returned again
+	// Spent is what the checkout cost before it was answered (its work and its wait for the
+	// locks), as a purchase's Receipt.Spent; SpentOf(err) tells it of a failed one.
+	Spent Spent `json:"-"`
 }
 
 // ShortLine is a line of a cart that the stock could not serve.
@@ -225,6 +228,16 @@ func (s *Service) cartStrategy(name string, holds bool) (string, error) {
 // ErrInsufficientStock, ErrIdempotencyConflict, ErrLockTimeout, ErrLockLost (after one retry;
 // nothing written), ErrLockNotReplicated, ErrUnavailable. A failed checkout writes nothing.
 func (s *Service) Checkout(ctx context.Context, req CheckoutRequest) (CartReceipt, error) {
+	sp := &spent{}
+	rec, err := s.checkout(ctx, req, sp)
+	if err != nil {
+		return CartReceipt{}, &spentError{err: err, spent: sp.get()}
+	}
+	rec.Spent = sp.get()
+	return rec, nil
+}
+
+func (s *Service) checkout(ctx context.Context, req CheckoutRequest, sp *spent) (CartReceipt, error) {
 	c, err := mergeLines(req.Lines)
 	if err != nil {
 		return CartReceipt{}, err
@@ -241,12 +254,12 @@ func (s *Service) Checkout(ctx context.Context, req CheckoutRequest) (CartReceip
 	}
 	key := req.IdempotencyKey
 	record := func(degraded bool) recordFunc {
-		return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time) (int64, error) {
-			return s.store.insertCartOrder(ctx, tx, res, name, key, c.fp, degraded, now)
+		return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time, batch int64) (int64, error) {
+			return s.store.insertCartOrder(ctx, tx, res, name, key, c.fp, degraded, now, batch)
 		}
 	}
 	if key == "" {
-		return s.sellCart(ctx, c, name, req.Work, record)
+		return s.sellCart(ctx, c, name, req.Work, record, sp)
 	}
 	unlock, err := s.keys.lock(ctx, key)
 	if err != nil {
@@ -256,7 +269,7 @@ func (s *Service) Checkout(ctx context.Context, req CheckoutRequest) (CartReceip
 	if rec, ok, err := s.replayCart(ctx, key, c.fp); ok || err != nil {
 		return rec, err
 	}
-	rec, err := s.sellCart(ctx, c, name, req.Work, record)
+	rec, err := s.sellCart(ctx, c, name, req.Work, record, sp)
 	if err == nil {
 		return rec, nil
 	}
@@ -298,14 +311,15 @@ func describeFingerprint(fp string) string {
 	return strings.ReplaceAll(fp, ";", ", ")
 }
 
-// recordFunc stores what a cart write becomes (an order, a hold) and returns its id.
-type recordFunc func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time) (int64, error)
+// recordFunc stores what a cart write becomes (an order, a hold) and returns its id; batch is
+// the write transaction's batch id (orders carry it). A key already taken is errDuplicateKey.
+type recordFunc func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time, batch int64) (int64, error)
 
 // sellCart runs one cart write with strategy name, once the admission limit admitted every
 // item of c (admitCart), retrying once after a lost lock or stale fence and once after the
 // database said busy, as Purchase does. record(degraded) stores the result. A ctx that
 // carries an Interceptor is refused: an Interceptor acts on single purchases only.
-func (s *Service) sellCart(ctx context.Context, c cart, name string, work time.Duration, record func(degraded bool) recordFunc) (CartReceipt, error) {
+func (s *Service) sellCart(ctx context.Context, c cart, name string, work time.Duration, record func(degraded bool) recordFunc, sp *spent) (CartReceipt, error) {
 	if interceptorOf(ctx) != nil {
 		return CartReceipt{}, fmt.Errorf("%w: an Interceptor acts on single purchases only, not on a cart or hold", ErrInvalid)
 	}
@@ -316,7 +330,7 @@ func (s *Service) sellCart(ctx context.Context, c cart, name string, work time.D
 	defer release()
 	lostRetried, busyRetried := false, false
 	for {
-		rec, err := s.cartOnce(ctx, c, name, work, record)
+		rec, err := s.cartOnce(ctx, c, name, work, record, sp)
 		switch {
 		case err == nil:
 			s.log.DebugContext(ctx, "cart sold", "lines", len(c.lines), "strategy", rec.Strategy, "order", rec.OrderID)
@@ -336,132 +350,6 @@ func (s *Service) sellCart(ctx context.Context, c cart, name string, work time.D
 			return CartReceipt{}, s.dbErr(err)
 		}
 	}
-}
-
-// cartOnce is one attempt of a cart write.
-func (s *Service) cartOnce(ctx context.Context, c cart, name string, work time.Duration, record func(bool) recordFunc) (CartReceipt, error) {
-	// One read of every item: it names every unknown item, gives the token floors, and
-	// refuses a cart with a line its item's available stock (expired holds' units included)
-	// cannot serve before any lock or work: that stock was read during the request, so the
-	// answer is true. It decides no sale (the transaction does), except for naive, which
-	// writes what it read.
-	rows, err := s.store.readItems(ctx, c.ids())
-	if err != nil {
-		return CartReceipt{}, err
-	}
-	if err := shortOnRead(c, rows); err != nil {
-		return CartReceipt{}, err
-	}
-	p := purchase{work: work}
-	switch name {
-	case StrategyNaive:
-		return s.naiveCart(ctx, c, rows, p, record(false))
-	case StrategyGuard:
-		if err := s.deps.work(ctx, p); err != nil {
-			return CartReceipt{}, err
-		}
-		return s.writeCartRecord(ctx, c, nil, name, record(false))
-	}
-	keys := make([]KeyFloor, len(c.lines))
-	for i, l := range c.lines {
-		keys[i] = KeyFloor{Key: ItemLockName(l.itemID), Floor: rows[l.itemID].FenceToken}
-	}
-	if s.multi == nil {
-		return CartReceipt{}, fmt.Errorf("%w: no multi-key lock service configured", ErrUnavailable)
-	}
-	held, err := s.multi.ObtainMany(ctx, keys)
-	if sellsDegraded(s.onDown, err) {
-		s.log.WarnContext(ctx, "cart sold through the guard alone: lock service unavailable", "err", err)
-		if err := s.deps.work(ctx, p); err != nil {
-			return CartReceipt{}, err
-		}
-		rec, err := s.writeCartRecord(ctx, c, nil, name, record(true))
-		rec.Degraded = err == nil
-		return rec, err
-	}
-	if err != nil {
-		return CartReceipt{}, err
-	}
-	defer func() {
-		if err := held.Release(ctx); err != nil {
-			s.log.DebugContext(ctx, "cart locks release failed", "err", err)
-		}
-	}()
-	lctx := held.Context(ctx)
-	if err := s.deps.work(lctx, p); err != nil {
-		return CartReceipt{}, lostOr(ctx, lctx, err, c.lines[0].itemID)
-	}
-	if err := lctx.Err(); err != nil {
-		return CartReceipt{}, lostOr(ctx, lctx, err, c.lines[0].itemID)
-	}
-	tokens := make(map[int64]int64, len(c.lines))
-	for _, l := range c.lines {
-		tokens[l.itemID] = held.Token(ItemLockName(l.itemID))
-	}
-	return s.writeCartRecord(ctx, c, tokens, name, record(false))
-}
-
-// writeCartRecord is writeCart with record, answering the receipt.
-func (s *Service) writeCartRecord(ctx context.Context, c cart, tokens map[int64]int64, name string, record recordFunc) (CartReceipt, error) {
-	var id int64
-	lines, err := s.store.writeCart(ctx, c.lines, tokens, func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time) error {
-		var err error
-		id, err = record(ctx, tx, res, now)
-		return err
-	})
-	if err != nil {
-		return CartReceipt{}, err
-	}
-	return CartReceipt{OrderID: id, Lines: lines, Strategy: name}, nil
-}
-
-// shortOnRead returns the ShortLinesError naming every line of c that the stock read in rows
-// cannot serve, or nil.
-func shortOnRead(c cart, rows map[int64]row) error {
-	var short []ShortLine
-	for _, l := range c.lines {
-		if st := rows[l.itemID].Stock; st < l.quantity {
-			short = append(short, ShortLine{ItemID: l.itemID, Requested: l.quantity, Available: max(st, 0)})
-		}
-	}
-	if len(short) > 0 {
-		return &ShortLinesError{Lines: short}
-	}
-	return nil
-}
-
-// naiveCart is the cart of naive, kept for teaching: it checks the stocks it read, works,
-// then writes the stocks it computed (unconditional UPDATEs) and the order in one
-// transaction. Concurrent carts overwrite each other's stocks: it oversells.
-func (s *Service) naiveCart(ctx context.Context, c cart, rows map[int64]row, p purchase, record recordFunc) (CartReceipt, error) {
-	if err := s.deps.work(ctx, p); err != nil {
-		return CartReceipt{}, err
-	}
-	var id int64
-	res := make([]LineReceipt, len(c.lines))
-	err := s.store.sqlTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		now := time.Now().UTC()
-		give, err := s.store.expireHolds(ctx, tx, c.ids())
-		if err != nil {
-			return err
-		}
-		if err := s.store.giveBackAll(ctx, tx, give, now); err != nil {
-			return err
-		}
-		for i, l := range c.lines {
-			left := rows[l.itemID].Stock - l.quantity
-			if _, err := tx.ExecContext(ctx, s.store.sql(`UPDATE items SET stock = ?, updated_at = ? WHERE id = ?`), left, now, l.itemID); err != nil {
-				return err
-			}
-			res[i] = LineReceipt{ItemID: l.itemID, Quantity: l.quantity, Remaining: left}
-		}
-		id, err = record(ctx, tx, res, now)
-		return err
-	})
-	if err != nil {
-		return CartReceipt{}, err
-	}
-	return CartReceipt{OrderID: id, Lines: res, Strategy: StrategyNaive}, nil
 }
 
 // MaxOrderLinesQuery is the most orders one OrderLines call may name (ListOrders' largest

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,11 +10,6 @@ import (
 
 // DefaultMaxBatch is the default of Config.MaxBatch: the most purchases one lock hold sells.
 const DefaultMaxBatch = 64
-
-// streamYield is how long an item's worker waits, after a streaming hold that ran its whole
-// window, before it takes the lock again: long enough for the release message to wake a waiter
-// in another process and its acquisition to reach Redis, short beside the window.
-const streamYield = 10 * time.Millisecond
 
 // maxReadmits bounds how often one hold reads again and admits again after its guarded update
 // found less stock than it had read (another writer without the lock).
@@ -29,6 +23,12 @@ type HoldObserver interface {
 	Hold(strategy string, itemID int64, orders int)
 }
 
+// CartHoldObserver is a HoldObserver that is also told, once per hold, how many carts it sold
+// (carts coalesced at their anchor item, coalesce_cart.go; 0 when it sold none).
+type CartHoldObserver interface {
+	CartHold(strategy string, anchor int64, carts int)
+}
+
 // coalesced is lock+guard (and redlock+guard) when a hold may sell to several buyers
 // (Config.MaxBatch > 1). In each process, the purchases of one item wait in a local queue for
 // the item's worker, which owns the hold: the worker, on a context no buyer can cancel, takes
@@ -36,9 +36,10 @@ type HoldObserver interface {
 // purchases in arrival order while they fit (answering the others sold out or insufficient
 // stock at once, with no work spent), runs the admitted purchases' work concurrently, each
 // under its buyer's context joined with the lock's, and writes every completed purchase in one
-// transaction (store.writeOrders, the write of one purchase too). Then it releases the lock, so that other processes get their
-// turn, and serves the next batch. The fence check is unchanged: one write per hold, with the
-// hold's token, refused when a newer token has written.
+// transaction (store.writeSales, the write of one purchase too). Then it releases the lock, so
+// that other processes get their turn (coalesce_turns.go), and serves the next batch. The fence
+// check is unchanged: one write per hold, with the hold's token, refused when a newer token has
+// written. Carts wait in the same queues (coalesce_cart.go).
 type coalesced struct {
 	deps
 	locker   Locker
@@ -62,12 +63,14 @@ type itemQueue struct {
 	pending []*waiter     // arrival order; only the worker removes entries, from the front
 	wake    chan struct{} // (1) a purchase joined pending: a streaming hold admits it
 
-	known  bool      // stock and fence were read by this worker
-	stock  int       // the stock after this worker's last read or write
-	read   int       // the stock this worker's last read found
-	yield  bool      // the last hold streamed until its window closed: pause before the next
-	readAt time.Time // when that read began: it is true for the purchases waiting then
-	fence  int64     // the stored fence token last seen: the floor of the next token
+	known  bool          // stock and fence were read by this worker
+	stock  int           // the stock after this worker's last read or write
+	read   int           // the stock this worker's last read found
+	pause  time.Duration // before the next hold: the last one kept the lock long (holdPause)
+	readAt time.Time     // when that read began: it is true for the purchases waiting then
+	fence  int64         // the stored fence token last seen: the floor of the next token
+	carts  int           // the carts the hold in progress sold
+	shared time.Time     // when a hold last had to wait for the lock: another process wants it
 }
 
 // A waiter's state: a buyer may leave while waiting, until the worker claims it for the write.
@@ -86,18 +89,36 @@ type waiter struct {
 	admitted atomic.Bool
 	done     chan answer // buffered (1): answering never blocks the worker
 	workErr  error       // the outcome of its work; owned by the hold
+	cart     *cartWait   // a cart (coalesce_cart.go); nil for a single purchase
 }
 
 type answer struct {
-	rec Receipt
-	err error
+	rec  Receipt
+	cart CartReceipt
+	err  error
 }
 
 // answer gives the buyer its outcome; a waiter is answered once.
 func (w *waiter) answer(rec Receipt, err error) {
 	select {
-	case w.done <- answer{rec, err}:
+	case w.done <- answer{rec: rec, err: err}:
 	default: // already answered: cannot happen, and must never block the worker
+	}
+}
+
+// answerCart gives a cart's buyer its outcome.
+func (w *waiter) answerCart(rec CartReceipt, err error) {
+	select {
+	case w.done <- answer{cart: rec, err: err}:
+	default: // already answered
+	}
+}
+
+// waitEnd tells the observer that a single purchase's wait for a hold ended (carts are not
+// observed: events are of one item's purchases).
+func (s *coalesced) waitEnd(w *waiter, err error) {
+	if w.cart == nil {
+		s.emit(Event{Kind: EventWaitEnd, ItemID: w.p.itemID, Strategy: s.name, Quantity: w.p.quantity, Err: err})
 	}
 }
 
@@ -133,6 +154,9 @@ func (s *coalesced) buy(ctx context.Context, p purchase) (Receipt, error) {
 func (s *coalesced) enqueue(w *waiter) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if w.cart != nil {
+		s.anchorOf(w)
+	}
 	q := s.items[w.p.itemID]
 	if q == nil {
 		if !s.life.add() {
@@ -173,12 +197,14 @@ func (s *coalesced) run(q *itemQueue) {
 			return
 		}
 		s.mu.Unlock()
-		if q.yield {
-			// The last hold streamed until its window closed with buyers still coming: give
-			// the lock's waiters in other processes (a cart of this item) the moment its
-			// release message needs to reach them, or this worker would take it back first.
-			q.yield = false
-			t := time.NewTimer(streamYield)
+		if q.pause > 0 {
+			// The last hold kept the lock long (it streamed until its window closed, or its
+			// batch worked) with buyers still coming: give the lock's waiters in other
+			// processes (their purchases and carts of this item) the moment its release
+			// message needs to reach them, or this worker would take it back first, again
+			// and again, and their buyers would wait many holds (round-robin balancing).
+			t := time.NewTimer(q.pause)
+			q.pause = 0
 			select {
 			case <-t.C:
 			case <-s.life.ctx.Done():
@@ -200,7 +226,7 @@ func (s *coalesced) answerFront(q *itemQueue, n int, err error) {
 	for _, w := range q.pending[:n] {
 		if w.state.Load() != stateAbandoned {
 			w.p.spent.addLock(time.Since(w.enqueued))
-			s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
+			s.waitEnd(w, err)
 			w.answer(Receipt{}, err)
 		}
 	}
@@ -221,7 +247,7 @@ func (s *coalesced) answerWaiting(q *itemQueue, err error) {
 			later = append(later, w)
 		default:
 			w.p.spent.addLock(time.Since(w.enqueued))
-			s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
+			s.waitEnd(w, err)
 			w.answer(Receipt{}, err)
 		}
 	}
@@ -246,26 +272,42 @@ func (s *coalesced) hold(q *itemQueue) {
 			return
 		}
 	}
+	var got time.Time        // when the anchor's lock was taken
+	var waited time.Duration // how long that took: another process held it
+	hl, answered := s.takeStarving(ctx, q)
+	if answered {
+		return
+	}
 	s.mu.Lock()
 	n := len(q.pending) // the purchases this hold is taken for
 	s.mu.Unlock()
-
-	held, err := obtain(ctx, s.locker, q.id, q.fence)
-	if err != nil {
-		s.obtainFailed(q, n, err)
-		return
+	if hl == nil {
+		asked := time.Now()
+		held, err := obtain(ctx, s.locker, q.id, q.fence)
+		got = time.Now()
+		waited = got.Sub(asked)
+		if err != nil {
+			s.obtainFailed(q, n, err)
+			return
+		}
+		hl = &holdLocks{anchor: held, others: make(map[int64]*otherLock)}
 	}
+	held := hl.anchor
+	q.carts = 0
 	var replies []reply
 	written := 0
 	defer func() {
 		// Release first, then answer the batch: once a buyer has its answer, the hold that
 		// served it is over (and other processes may have their turn).
-		s.release(ctx, held)
+		s.releaseAll(ctx, hl)
 		if s.holds != nil {
 			s.holds.Hold(s.name, q.id, written)
+			if co, ok := s.holds.(CartHoldObserver); ok {
+				co.CartHold(s.name, q.id, q.carts)
+			}
 		}
 		for _, r := range replies {
-			r.w.answer(r.rec, r.err)
+			r.send()
 		}
 	}()
 	token := held.Token()
@@ -291,22 +333,52 @@ func (s *coalesced) hold(q *itemQueue) {
 		s.answerFront(q, n, &staleFenceError{itemID: q.id, token: token, seen: r.FenceToken})
 		return
 	}
-	batch := s.admit(q, r.Stock, s.maxBatch)
+	batch := s.takeOthers(ctx, q, hl, s.admit(q, r.Stock, s.maxBatch))
 	if len(batch) == 0 {
 		return
 	}
 	if nt, ok := held.(nextTokener); ok && s.stream > 0 {
-		written, q.yield = s.streamHold(ctx, lockCtx, held, nt, q, batch)
+		var closed bool
+		written, closed = s.streamHold(ctx, lockCtx, hl, nt, q, batch)
+		if closed {
+			q.pause = streamYield
+		}
 		return
 	}
-	replies, written = s.sell(ctx, lockCtx, held, q, batch)
+	replies, written = s.sell(ctx, lockCtx, hl, q, batch)
+	if waited > contended {
+		q.shared = got
+	}
+	q.pause = 0
+	if time.Since(q.shared) < sharedFor {
+		// Other processes want the lock too (coalesce_turns.go). Alone with the item (routed
+		// by item), a worker never waits for its lock and never pauses.
+		q.pause = holdPause(batch)
+		if q.pause > 0 && waited > contended {
+			// This hold waited for it: pause as long as this hold kept it, so that the lock
+			// goes round them before this worker asks again (a pause shorter than a hold lets
+			// it race the waiter that lost the last turn, and a waiter may lose many turns in
+			// a row).
+			q.pause = max(q.pause, min(time.Since(got), maxContendedPause))
+		}
+	}
 }
 
 // reply is an answer a hold gives once its lock is released.
 type reply struct {
-	w   *waiter
-	rec Receipt
-	err error
+	w    *waiter
+	rec  Receipt
+	cart CartReceipt // a cart's
+	err  error
+}
+
+// send gives the reply to its buyer.
+func (r reply) send() {
+	if r.w.cart != nil {
+		r.w.answerCart(r.cart, r.err)
+		return
+	}
+	r.w.answer(r.rec, r.err)
 }
 
 // obtainFailed answers the purchases a hold was taken for when the lock could not be
@@ -326,21 +398,7 @@ func (s *coalesced) obtainFailed(q *itemQueue, n int, err error) {
 	front := q.pending[:n:n]
 	q.pending = append([]*waiter(nil), q.pending[n:]...)
 	s.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, w := range front {
-		if !w.state.CompareAndSwap(stateWaiting, stateClaimed) { // its buyer left
-			continue
-		}
-		w.p.spent.addLock(time.Since(w.enqueued))
-		s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
-		wg.Add(1)
-		go func() { // owner: obtainFailed, which waits for it
-			defer wg.Done()
-			rec, err := sellDegraded(w.ctx, s.deps, w.p, s.name)
-			w.answer(rec, err)
-		}()
-	}
-	wg.Wait()
+	s.degradeAll(q, front, err)
 }
 
 // admit takes the batch of this hold from the front of the queue, in arrival order, while the
@@ -367,7 +425,7 @@ func (s *coalesced) admit(q *itemQueue, stock, limit int) []*waiter {
 		if err := checkStock(q.id, q.read, w.p.quantity); err != nil {
 			if w.enqueued.Before(q.readAt) {
 				w.p.spent.addLock(now.Sub(w.enqueued))
-				s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity, Err: err})
+				s.waitEnd(w, err)
 				w.answer(Receipt{}, err) // refused on the stock read, with no work spent
 				continue
 			}
@@ -378,240 +436,16 @@ func (s *coalesced) admit(q *itemQueue, stock, limit int) []*waiter {
 			next = append(next, w) // fits in the read, not beside the batch: a later hold decides
 			continue
 		}
-		w.p.spent.addLock(now.Sub(w.enqueued))
-		s.emit(Event{Kind: EventWaitEnd, ItemID: q.id, Strategy: s.name, Quantity: w.p.quantity})
+		if w.cart == nil { // a cart's wait ends once its other locks are taken (takeOthers)
+			w.p.spent.addLock(now.Sub(w.enqueued))
+			s.waitEnd(w, nil)
+		}
 		stock -= w.p.quantity
 		w.admitted.Store(true)
 		batch = append(batch, w)
 	}
 	q.pending = append(next, q.pending[i:]...)
 	return batch
-}
-
-// sell runs the batch's work and writes the purchases whose work completed; it returns the
-// batch's answers and the number of orders written.
-func (s *coalesced) sell(ctx, lockCtx context.Context, held Held, q *itemQueue, batch []*waiter) ([]reply, int) {
-	var wg sync.WaitGroup
-	for _, w := range batch {
-		if w.p.work <= 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() { // owner: sell, which waits for it
-			defer wg.Done()
-			w.workErr = s.work(held.Context(w.ctx), w.p)
-		}()
-	}
-	wg.Wait()
-	return s.write(ctx, lockCtx, held.Token(), q, batch)
-}
-
-// nextTokener is a Held that can draw a new fencing token without letting go of the lock
-// (locking.Lock.NextToken): a streaming hold writes several times, each write on its own token,
-// since the fence accepts each token once.
-type nextTokener interface {
-	NextToken(ctx context.Context) (int64, error)
-}
-
-// streamHold serves a hold that keeps admitting (Config.StreamHold): the work of each admitted
-// purchase starts at once, and the purchases whose work has completed are written together
-// while the others work. Buyers who arrive during the hold are admitted while it is younger
-// than the stream window, its lock is held and they fit beside the units already admitted; each
-// write's buyers are answered as soon as it is decided. Each write after the first draws a new
-// fencing token from the lock (the fence accepts each token once, and in order). The hold ends
-// once no purchase is left working; it returns the number of orders written.
-func (s *coalesced) streamHold(ctx, lockCtx context.Context, held Held, nt nextTokener, q *itemQueue, batch []*waiter) (written int, windowClosed bool) {
-	finished := make(chan *waiter, s.maxBatch)
-	working, reserved := 0, 0
-	start := func(ws []*waiter) {
-		for _, w := range ws {
-			working++
-			reserved += w.p.quantity
-			go func() { // owner: streamHold, which receives from every one it starts
-				if w.p.work > 0 {
-					w.workErr = s.work(held.Context(w.ctx), w.p)
-				}
-				finished <- w
-			}()
-		}
-	}
-	start(batch)
-	window := time.NewTimer(s.stream)
-	defer window.Stop()
-	open, lost := true, lockCtx.Done()
-	token := held.Token()
-	for working > 0 {
-		select {
-		case w := <-finished:
-			ready := []*waiter{w}
-		more:
-			for {
-				select {
-				case w := <-finished:
-					ready = append(ready, w)
-				default:
-					break more
-				}
-			}
-			working -= len(ready)
-			for _, w := range ready {
-				reserved -= w.p.quantity
-			}
-			if token <= q.fence { // this hold has written with it: draw the next
-				next, err := nt.NextToken(lockCtx)
-				if err == nil {
-					token = next
-				} else {
-					// The lock is lost, Redis failed, or this lock cannot draw tokens: the
-					// fence refuses the used token below, and nobody more is admitted.
-					open = false
-				}
-			}
-			replies, n := s.write(ctx, lockCtx, token, q, ready)
-			written += n
-			for _, r := range replies {
-				r.w.answer(r.rec, r.err)
-			}
-		case <-q.wake:
-		case <-window.C:
-			open, windowClosed = false, true
-		case <-lost:
-			open, lost = false, nil
-		}
-		if open && ctx.Err() == nil && lockCtx.Err() == nil {
-			start(s.admit(q, q.stock-reserved, s.maxBatch-working))
-		}
-	}
-	return written, windowClosed
-}
-
-// write writes the purchases of batch whose work completed, under the hold; it returns the
-// batch's answers and the number of orders written.
-func (s *coalesced) write(ctx, lockCtx context.Context, token int64, q *itemQueue, batch []*waiter) ([]reply, int) {
-	replies := make([]reply, 0, len(batch))
-	if lockCtx.Err() != nil && ctx.Err() == nil {
-		// The lock was lost before the write: nothing is written. Service.run retries each
-		// purchase once, under a new hold.
-		lost := fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
-		for _, w := range batch {
-			if err := w.ctx.Err(); err != nil {
-				replies = append(replies, reply{w: w, err: err})
-			} else {
-				replies = append(replies, reply{w: w, err: lost})
-			}
-		}
-		return replies, 0
-	}
-	ready := make([]*waiter, 0, len(batch))
-	for _, w := range batch {
-		switch {
-		case w.workErr != nil:
-			replies = append(replies, reply{w: w, err: w.workErr}) // its own failure (or its buyer left): only its buyer
-		case !w.state.CompareAndSwap(stateWaiting, stateClaimed):
-			// Its buyer left before the write: left out, already answered.
-		case w.ctx.Err() != nil:
-			// Its buyer left and has not noticed yet (a purchase without work): left out,
-			// answered here, nothing written for it.
-			replies = append(replies, reply{w: w, err: w.ctx.Err()})
-		default:
-			ready = append(ready, w)
-		}
-	}
-	// over: purchases a re-admission left out for want of the units the purchases kept before
-	// them take. They are answered once the write is decided: refused against the stock that
-	// write left, or with the write's own error (nothing was written for anyone).
-	var over []*waiter
-	answerOver := func(remaining int, err error) {
-		for _, w := range over {
-			if err == nil {
-				err := checkStock(q.id, remaining, w.p.quantity)
-				if err == nil {
-					// It fits after all (purchases before it replayed an existing order and
-					// wrote nothing): nothing was written for it; Service.run serves it again.
-					err = fmt.Errorf("%w: item %d: left out of its hold's write, nothing was written", ErrLockLost, q.id)
-				}
-				replies = append(replies, reply{w: w, err: err})
-				continue
-			}
-			replies = append(replies, reply{w: w, err: err})
-		}
-	}
-	for attempt := 0; len(ready) > 0; attempt++ {
-		ps := make([]purchase, len(ready))
-		for i, w := range ready {
-			ps[i] = w.p
-		}
-		res, err := s.store.writeOrders(ctx, q.id, ps, s.name, token)
-		// A short stock the hold did not read: another writer without the lock took stock.
-		moved := errors.Is(err, ErrSoldOut) || errors.Is(err, ErrInsufficientStock) || errors.Is(err, errRaced)
-		switch {
-		case err == nil:
-			written := 0
-			remaining := q.stock
-			for i, w := range ready {
-				if res[i].err == nil { // event point: order written
-					written++
-					q.stock -= w.p.quantity
-					remaining = res[i].rec.Remaining
-				}
-				replies = append(replies, reply{w: w, rec: res[i].rec, err: res[i].err})
-			}
-			q.fence = token
-			answerOver(remaining, nil)
-			return replies, written
-		case moved && attempt < maxReadmits && lockCtx.Err() == nil:
-			// Another writer took stock since the read: read again and admit again under the
-			// same hold, instead of refusing buyers who still fit.
-			at := time.Now()
-			r, rerr := s.store.readFast(lockCtx, q.id)
-			if rerr != nil {
-				err = rerr
-				break
-			}
-			q.stock, q.read, q.readAt = r.Stock, r.Stock, at
-			var more []*waiter
-			ready, more = readmit(q.id, r.Stock, append(ready, over...), &replies)
-			over = more
-			if len(ready) == 0 {
-				answerOver(r.Stock, nil) // none fits beside another: refused on the stock read
-				over = nil
-			}
-			continue
-		case moved && lockCtx.Err() != nil && ctx.Err() == nil:
-			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
-		case moved:
-			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, q.id)
-		}
-		// Event point: a fence refusal (ErrLockLost) or an error; nothing was written.
-		for _, w := range ready {
-			replies = append(replies, reply{w: w, err: err})
-		}
-		answerOver(0, err)
-		return replies, 0
-	}
-	return replies, 0
-}
-
-// readmit keeps, in order, the purchases that fit in stock, the stock read again under the
-// hold. One that does not fit in that stock is answered (true: the stock was read during its
-// wait); one that fits in it but not beside the purchases kept before it is returned in over:
-// its answer waits for the write (see sell).
-func readmit(itemID int64, stock int, ready []*waiter, replies *[]reply) (kept, over []*waiter) {
-	read := stock
-	kept = ready[:0]
-	for _, w := range ready {
-		if err := checkStock(itemID, read, w.p.quantity); err != nil {
-			*replies = append(*replies, reply{w: w, err: err})
-			continue
-		}
-		if w.p.quantity > stock {
-			over = append(over, w)
-			continue
-		}
-		stock -= w.p.quantity
-		kept = append(kept, w)
-	}
-	return kept, over
 }
 
 // lifecycle owns the coalescing workers of a Service: Close cancels ctx (a lock wait or read

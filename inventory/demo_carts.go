@@ -157,8 +157,8 @@ func (s *Service) requestOrderCart(ctx context.Context, c cart, order []int64, w
 
 // demoRecord stores a demo cart's order, without an idempotency key.
 func (s *Service) demoRecord(c cart, name string) recordFunc {
-	return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time) (int64, error) {
-		return s.store.insertCartOrder(ctx, tx, res, name, "", c.fp, false, now)
+	return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time, batch int64) (int64, error) {
+		return s.store.insertCartOrder(ctx, tx, res, name, "", c.fp, false, now, batch)
 	}
 }
 
@@ -211,7 +211,7 @@ func (s *Service) lineByLineCart(ctx context.Context, c cart, lines []CartLine, 
 		for i, l := range c.lines {
 			res[i] = LineReceipt{ItemID: l.itemID, Quantity: l.quantity, Remaining: remaining[l.itemID]}
 		}
-		id, err = record(ctx, tx, res, now)
+		id, err = record(ctx, tx, res, now, newBatchID())
 		return err
 	})
 	if err != nil {

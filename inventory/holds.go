@@ -51,6 +51,9 @@ type StockHold struct {
 	OrderID   int64         `json:"order_id,omitempty"`
 	Strategy  string        `json:"strategy"`
 	Replayed  bool          `json:"-"` // the hold an earlier placement under the same key placed, as it stands now
+	// Spent is what placing it cost (its wait for the locks; a hold has no work), as a
+	// purchase's Receipt.Spent; SpentOf(err) tells it of a failed placement.
+	Spent Spent `json:"-"`
 }
 
 // PlaceHold takes every line's units off the stock, all or nothing, with the same write as
@@ -67,6 +70,17 @@ type StockHold struct {
 // already used by another hold, or by any purchase or checkout, is ErrIdempotencyConflict
 // (hold_keys.go).
 func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, error) {
+	sp := &spent{}
+	h, err := s.placeHoldReq(ctx, req, sp)
+	if err != nil {
+		return StockHold{}, &spentError{err: err, spent: sp.get()}
+	}
+	h.Spent = sp.get()
+	return h, nil
+}
+
+// placeHoldReq validates req and places its hold, keyed or not; sp gathers what it spent.
+func (s *Service) placeHoldReq(ctx context.Context, req HoldRequest, sp *spent) (StockHold, error) {
 	c, err := mergeLines(req.Lines)
 	if err != nil {
 		return StockHold{}, err
@@ -85,7 +99,7 @@ func (s *Service) PlaceHold(ctx context.Context, req HoldRequest) (StockHold, er
 	if err != nil {
 		return StockHold{}, err
 	}
-	p := holdPlacement{cart: c, ttl: ttl, strategy: name, key: req.IdempotencyKey, fp: holdFingerprint(c, ttl)}
+	p := holdPlacement{cart: c, ttl: ttl, strategy: name, key: req.IdempotencyKey, fp: holdFingerprint(c, ttl), sp: sp}
 	if p.key == "" {
 		return s.placeHold(ctx, p)
 	}
@@ -99,6 +113,7 @@ type holdPlacement struct {
 	strategy string
 	key      string // "" for none
 	fp       string // holdFingerprint
+	sp       *spent // what the placement spent (its wait for the locks)
 }
 
 // placeHold writes the hold of p: its lines' guarded updates, the hold and its lines, in one
@@ -107,7 +122,7 @@ type holdPlacement struct {
 func (s *Service) placeHold(ctx context.Context, p holdPlacement) (StockHold, error) {
 	var expires int64
 	record := func(bool) recordFunc {
-		return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time) (int64, error) {
+		return func(ctx context.Context, tx *sql.Tx, res []LineReceipt, now time.Time, _ int64) (int64, error) {
 			var id int64
 			var err error
 			if id, expires, err = s.store.insertHold(ctx, tx, p, now); err != nil {
@@ -122,7 +137,7 @@ func (s *Service) placeHold(ctx context.Context, p holdPlacement) (StockHold, er
 			return id, nil
 		}
 	}
-	rec, err := s.sellCart(ctx, p.cart, p.strategy, 0, record)
+	rec, err := s.sellCart(ctx, p.cart, p.strategy, 0, record, p.sp)
 	if err != nil {
 		return StockHold{}, err
 	}
@@ -242,7 +257,7 @@ func (s *Service) confirmed(ctx context.Context, tx *sql.Tx, id int64) (CartRece
 		}
 	}
 	now := time.Now().UTC()
-	order, err := s.store.insertCartOrder(ctx, tx, lines, strategy, "", fmt.Sprintf("hold:%d", id), false, now)
+	order, err := s.store.insertCartOrder(ctx, tx, lines, strategy, "", fmt.Sprintf("hold:%d", id), false, now, newBatchID())
 	if err != nil {
 		return CartReceipt{}, err
 	}

@@ -17,25 +17,38 @@ var _ Held = (*locking.Lock)(nil)
 // (Redis unreachable, client closed, Options.Replicas refused) to ErrUnavailable.
 // It is also a MultiLocker (Client.ObtainMany), for carts and holds.
 func NewLocker(c *locking.Client) Locker {
-	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain}, many: c.ObtainMany}
+	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain, try: c.TryObtain}, many: c.ObtainMany}
 }
 
 // NewRedlockLocker adapts a locking.Redlock (a lock held on a quorum of independent Redis
 // nodes) to Locker, for the redlock+guard strategy (Config.Redlock), with the same mapping as
 // NewLocker (fewer than a quorum of nodes reachable is ErrUnavailable).
-func NewRedlockLocker(r *locking.Redlock) Locker { return redisLocker{obtain: r.Obtain} }
+func NewRedlockLocker(r *locking.Redlock) Locker {
+	return redisLocker{obtain: r.Obtain, try: r.TryObtain}
+}
 
-// redisLocker adapts the Obtain of a locking.Client or locking.Redlock.
+// redisLocker adapts the Obtain and TryObtain of a locking.Client or locking.Redlock.
 type redisLocker struct {
-	obtain func(ctx context.Context, key string, opts ...locking.ObtainOption) (*locking.Lock, error)
+	obtain, try func(ctx context.Context, key string, opts ...locking.ObtainOption) (*locking.Lock, error)
 }
 
 func (r redisLocker) Obtain(ctx context.Context, key string, floor int64) (Held, error) {
+	return r.take(ctx, r.obtain, key, floor)
+}
+
+// TryObtain is Obtain with one attempt and no wait (a coalesced hold takes its carts' other
+// locks so): ErrLockTimeout when the lock is held by another.
+func (r redisLocker) TryObtain(ctx context.Context, key string, floor int64) (Held, error) {
+	return r.take(ctx, r.try, key, floor)
+}
+
+func (r redisLocker) take(ctx context.Context, obtain func(context.Context, string, ...locking.ObtainOption) (*locking.Lock, error),
+	key string, floor int64) (Held, error) {
 	var opts []locking.ObtainOption
 	if floor > 0 {
 		opts = append(opts, locking.WithFloor(floor))
 	}
-	l, err := r.obtain(ctx, key, opts...)
+	l, err := obtain(ctx, key, opts...)
 	switch {
 	case err == nil:
 		return l, nil

@@ -62,7 +62,11 @@ type Config struct {
 	Extra []Strategy
 
 	// Multi takes several item locks at once for the carts and holds of lock+guard
-	// (checkout.go). Default: Locker, when it is one (NewLocker's is).
+	// (checkout.go). Default: Locker, when it is one (NewLocker's is). When it is nil and
+	// lock+guard coalesces (MaxBatch > 1) over a Locker that can take a lock without waiting
+	// (NewLocker's can), carts and holds are coalesced instead (coalesce_cart.go): each waits
+	// for a hold of one of its items; Multi serves only MaxBatch 1. Setting Multi makes every
+	// cart take its locks through it, at once (tests inject faults so).
 	Multi MultiLocker
 	// HoldTTL is the life of a hold whose request names none (holds.go). Default (and for
 	// d <= 0): DefaultHoldTTL.
@@ -91,6 +95,7 @@ type Service struct {
 	deps       deps           // what the strategies share; deps.observe reports each attempt
 	life       *lifecycle     // the coalescing workers
 	multi      MultiLocker    // carts and holds of lock+guard; nil: they answer ErrUnavailable
+	cartHolds  *coalesced     // lock+guard's coalescing, when it can coalesce carts; nil: ObtainMany
 	holdTTL    time.Duration  // a hold's default life
 }
 
@@ -156,6 +161,9 @@ func NewService(cfg Config) (*Service, error) {
 				s.resets = append(s.resets, r)
 			}
 		}
+	}
+	if hr, ok := s.strategies[StrategyLockGuard].(holdRouter); ok && cfg.Multi == nil && hr.coalesced.carts() {
+		s.cartHolds = hr.coalesced
 	}
 	s.multi, s.holdTTL = cfg.Multi, cfg.HoldTTL
 	if s.multi == nil {

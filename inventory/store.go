@@ -92,12 +92,24 @@ func (st store) read(ctx context.Context, itemID int64) (row, error) {
 func checkStock(itemID int64, stock, quantity int) error {
 	switch {
 	case stock <= 0:
-		return fmt.Errorf("%w: item %d", ErrSoldOut, itemID)
+		return &stockError{itemID: itemID, stock: stock, err: fmt.Errorf("%w: item %d", ErrSoldOut, itemID)}
 	case stock < quantity:
-		return fmt.Errorf("%w: item %d has %d left, %d asked", ErrInsufficientStock, itemID, stock, quantity)
+		return &stockError{itemID: itemID, stock: stock,
+			err: fmt.Errorf("%w: item %d has %d left, %d asked", ErrInsufficientStock, itemID, stock, quantity)}
 	}
 	return nil
 }
+
+// stockError is checkStock's refusal: it wraps ErrSoldOut or ErrInsufficientStock and keeps
+// the stock it was decided on (a cart refused on its anchor's read names it as available).
+type stockError struct {
+	itemID int64
+	stock  int
+	err    error
+}
+
+func (e *stockError) Error() string { return e.err.Error() }
+func (e *stockError) Unwrap() error { return e.err }
 
 // writeComputed is the unconditional write of naive, local and lock: it sets the stock the
 // caller computed from its earlier read, and inserts the order, in one short transaction.

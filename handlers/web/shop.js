@@ -172,6 +172,10 @@ function renderCart() {
 }
 
 const cartBody = () => ({ lines: [...cart].map(([id, q]) => ({ item_id: Number(id), quantity: q })) });
+// routeItem is the cart's routing key, its lowest item id: the item its hold waits at when no
+// other is being sold. deploy/nginx.conf hashes X-Route-Item as a purchase's item, so the cart
+// reaches the replica that sells that item.
+const routeItem = () => String(Math.min(...[...cart.keys()].map(Number)));
 
 // call sends one JSON request and returns the answer and its body (null when there is none
 // or it is not JSON). A failed fetch throws a TypeError.
@@ -239,7 +243,7 @@ async function checkout() {
   let target = $('status');
   cartKey ??= idempotencyKey();
   try {
-    const { res, body } = await call('POST', '/api/checkout', cartBody(), { 'Idempotency-Key': cartKey });
+    const { res, body } = await call('POST', '/api/checkout', cartBody(), { 'Idempotency-Key': cartKey, 'X-Route-Item': routeItem() });
     if (res.ok && Array.isArray(body?.lines)) {
       cart.clear();
       short.clear();
@@ -270,7 +274,7 @@ async function placeHold() {
   const ttl = $('hold-ttl').value;
   if (holdKey?.ttl !== ttl) holdKey = { key: idempotencyKey(), ttl };
   try {
-    const { res, body } = await call('POST', '/api/holds', { ...cartBody(), ttl }, { 'Idempotency-Key': holdKey.key });
+    const { res, body } = await call('POST', '/api/holds', { ...cartBody(), ttl }, { 'Idempotency-Key': holdKey.key, 'X-Route-Item': routeItem() });
     if (res.ok && body?.id && body.status !== 'active') {
       // The hold placed under this key before its answer was lost has ended since (it ran
       // out while the shop could not be reached): the cart stays, and a new key holds it anew.

@@ -1,0 +1,157 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// write writes the purchases and carts of batch whose work completed, under the hold (the
+// anchor's lock with token, the carts' other locks in hl), in one transaction
+// (store.writeSales); it returns the batch's answers and the number of orders written.
+func (s *coalesced) write(ctx, lockCtx context.Context, hl *holdLocks, token int64, q *itemQueue, batch []*waiter) ([]reply, int) {
+	replies := make([]reply, 0, len(batch))
+	if lockCtx.Err() != nil && ctx.Err() == nil {
+		// The lock was lost before the write: nothing is written. Service.run retries each
+		// purchase once, under a new hold.
+		lost := fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
+		for _, w := range batch {
+			if err := w.ctx.Err(); err != nil {
+				replies = append(replies, reply{w: w, err: err})
+			} else {
+				replies = append(replies, reply{w: w, err: lost})
+			}
+		}
+		return replies, 0
+	}
+	ready := make([]*waiter, 0, len(batch))
+	for _, w := range batch {
+		switch {
+		case w.workErr != nil:
+			replies = append(replies, reply{w: w, err: w.workErr}) // its own failure (or its buyer left): only its buyer
+		case !w.state.CompareAndSwap(stateWaiting, stateClaimed):
+			// Its buyer left before the write: left out, already answered.
+		case w.ctx.Err() != nil:
+			// Its buyer left and has not noticed yet (a purchase without work): left out,
+			// answered here, nothing written for it.
+			replies = append(replies, reply{w: w, err: w.ctx.Err()})
+		default:
+			ready = append(ready, w)
+		}
+	}
+	tokens, ready := s.otherTokens(lockCtx, q, hl, token, ready, &replies)
+	// over: purchases a re-admission left out for want of the units the purchases kept before
+	// them take. They are answered once the write is decided: refused against the stock that
+	// write left, or with the write's own error (nothing was written for anyone).
+	var over []*waiter
+	answerOver := func(remaining int, err error) {
+		for _, w := range over {
+			if err == nil {
+				err := checkStock(q.id, remaining, w.p.quantity)
+				if err == nil {
+					// It fits after all (purchases before it replayed an existing order and
+					// wrote nothing): nothing was written for it; Service.run serves it again.
+					err = fmt.Errorf("%w: item %d: left out of its hold's write, nothing was written", ErrLockLost, q.id)
+				}
+				replies = append(replies, reply{w: w, err: err})
+				continue
+			}
+			replies = append(replies, reply{w: w, err: err})
+		}
+	}
+	for attempt := 0; len(ready) > 0; attempt++ {
+		sales := make([]sale, len(ready))
+		for i, w := range ready {
+			sales[i] = sale{p: w.p}
+			if w.cart != nil {
+				sales[i] = sale{p: w.p, lines: w.cart.c.lines, record: w.cart.record(false)}
+			}
+		}
+		res, err := s.store.writeSales(ctx, q.id, sales, s.name, tokens)
+		// A short stock the hold did not read: another writer without the lock took stock.
+		moved := errors.Is(err, ErrSoldOut) || errors.Is(err, ErrInsufficientStock) || errors.Is(err, errRaced)
+		switch {
+		case err == nil:
+			written := 0
+			remaining := q.stock
+			for i, w := range ready {
+				if res[i].err == nil { // event point: order written
+					written++
+					q.stock -= w.p.quantity
+					remaining = res[i].rec.Remaining
+					if w.cart != nil {
+						remaining = anchorRemaining(res[i].cart, q.id, remaining)
+						q.carts++
+					}
+				}
+				replies = append(replies, reply{w: w, rec: res[i].rec, cart: res[i].cart, err: res[i].err})
+			}
+			q.fence = token
+			answerOver(remaining, nil)
+			return replies, written
+		case moved && attempt < maxReadmits && lockCtx.Err() == nil:
+			// Another writer took stock since the read: read again and admit again under the
+			// same hold, instead of refusing buyers who still fit.
+			at := time.Now()
+			r, rerr := s.store.readFast(lockCtx, q.id)
+			if rerr != nil {
+				err = rerr
+				break
+			}
+			q.stock, q.read, q.readAt = r.Stock, r.Stock, at
+			var more []*waiter
+			ready, more = readmit(q.id, r.Stock, append(ready, over...), &replies)
+			over = more
+			if len(ready) == 0 {
+				answerOver(r.Stock, nil) // none fits beside another: refused on the stock read
+				over = nil
+			}
+			continue
+		case moved && lockCtx.Err() != nil && ctx.Err() == nil:
+			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
+		case moved:
+			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, q.id)
+		}
+		// Event point: a fence refusal (ErrLockLost) or an error; nothing was written.
+		for _, w := range ready {
+			replies = append(replies, reply{w: w, err: err})
+		}
+		answerOver(0, err)
+		return replies, 0
+	}
+	return replies, 0
+}
+
+// readmit keeps, in order, the purchases that fit in stock, the stock read again under the
+// hold. One that does not fit in that stock is answered (true: the stock was read during its
+// wait); one that fits in it but not beside the purchases kept before it is returned in over:
+// its answer waits for the write (see sell).
+func readmit(itemID int64, stock int, ready []*waiter, replies *[]reply) (kept, over []*waiter) {
+	read := stock
+	kept = ready[:0]
+	for _, w := range ready {
+		if err := checkStock(itemID, read, w.p.quantity); err != nil {
+			*replies = append(*replies, reply{w: w, err: err})
+			continue
+		}
+		if w.p.quantity > stock {
+			over = append(over, w)
+			continue
+		}
+		stock -= w.p.quantity
+		kept = append(kept, w)
+	}
+	return kept, over
+}
+
+// anchorRemaining is the stock a cart's write left on its anchor item (def if it has no line
+// of it).
+func anchorRemaining(rec CartReceipt, anchor int64, def int) int {
+	for _, l := range rec.Lines {
+		if l.ItemID == anchor {
+			return l.Remaining
+		}
+	}
+	return def
+}
