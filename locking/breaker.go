@@ -304,8 +304,7 @@ func (b *Breaker) report(ctx context.Context, err error, start time.Time) {
 	}
 	o := failed(ctx, err)
 	if o == outcomeFailed && pausedThrough(ctx, start) {
-		b.set.log.Debug("redis breaker: a call whose deadline passed while the process was stopped is not counted",
-			"node", b.node, "err", err)
+		b.set.log.Debug(pausedMsg, "node", b.node, "err", err)
 		o = outcomeNeutral
 	}
 	switch o {

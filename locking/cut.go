@@ -107,5 +107,8 @@ func pausedThrough(ctx context.Context, start time.Time) bool {
 	return late > minPauseGap && late > dl.Sub(start)
 }
 
+// pausedMsg is the debug line of a failure pausedThrough discounts.
+const pausedMsg = "redis breaker: a call whose deadline passed while the process was stopped is not counted"
+
 // minPauseGap is the least lateness that pausedThrough reads as a pause of the process.
 const minPauseGap = 100 * time.Millisecond

@@ -1,0 +1,141 @@
+package locking
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/netfault"
+)
+
+// The child mode of TestBreakerIgnoresOwnPause: the test binary re-executed with pauseChildEnv
+// set to a Redis address runs pauseChildMain instead of the tests.
+const pauseChildEnv = "LOCKING_TEST_PAUSE_CHILD_REDIS"
+
+// pauseReport is what the child prints when its stdin closes.
+type pauseReport struct {
+	Opened     int64 `json:"opened"`     // transitions of its breaker to open
+	Discounted int64 `json:"discounted"` // failed calls not counted: their deadline passed during the pause
+	Obtained   int64 `json:"obtained"`
+}
+
+// A stopped process (a GC or VM pause: SIGSTOP here) is not a hung Redis. The child runs 16
+// lock loops on a healthy Redis behind a link that adds 100ms each way, so that most of its
+// calls are in flight when it is stopped; it stays stopped 5s, well past their 2s call timeout.
+// When it continues, their deadlines have passed and they fail: the breaker must not count
+// those failures (it would open, and a storefront would answer 503 unavailable with Redis
+// healthy). The child's report proves the case arose: failures were discounted.
+func TestBreakerIgnoresOwnPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process")
+	}
+	link, err := netfault.NewLink(shared.Addr())
+	require.NoError(t, err)
+	defer link.Close()
+	require.NoError(t, link.Latency(100*time.Millisecond))
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), pauseChildEnv+"="+link.Addr)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line, "the child's locks go round")
+
+	time.Sleep(300 * time.Millisecond) // the loops' calls in flight
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	time.Sleep(5 * time.Second)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	time.Sleep(2 * time.Second) // the resumed calls fail, then locks go round again
+	require.NoError(t, stdin.Close())
+	var rep pauseReport
+	require.NoError(t, json.NewDecoder(out).Decode(&rep))
+	require.NoError(t, cmd.Wait())
+	t.Logf("child: %+v", rep)
+	assert.GreaterOrEqual(t, rep.Discounted, int64(3), "enough calls failed over the pause to open the breaker")
+	assert.Zero(t, rep.Opened, "the breaker opened on the process's own pause")
+	assert.Positive(t, rep.Obtained)
+}
+
+// countHandler counts the log records whose message is msg.
+type countHandler struct {
+	msg string
+	n   *atomic.Int64
+}
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
+
+func pauseChildMain() int {
+	var rep pauseReport
+	var discounted atomic.Int64
+	brk := NewBreakers(&BreakerOptions{
+		Logger: slog.New(countHandler{msg: pausedMsg, n: &discounted}),
+		OnState: func(_ string, st BreakerState) {
+			if st == BreakerOpen {
+				atomic.AddInt64(&rep.Opened, 1)
+			}
+		},
+	})
+	defer brk.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(pauseChildEnv), ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 32})
+	defer rdb.Close()
+	brk.Watch("node", rdb)
+	c := New(rdb, &Options{Lease: 10 * time.Second, CallTimeout: 2 * time.Second, Breakers: brk})
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var ready sync.Once
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("pause-child-%d-%d", os.Getpid(), i)
+			for ctx.Err() == nil {
+				l, err := c.TryObtain(ctx, key)
+				if err != nil {
+					continue
+				}
+				atomic.AddInt64(&rep.Obtained, 1)
+				ready.Do(func() { fmt.Println("ready") })
+				_ = l.Release(ctx)
+			}
+		}()
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the test closes it
+	cancel()
+	wg.Wait()
+	rep.Discounted = discounted.Load()
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		return 1
+	}
+	return 0
+}
