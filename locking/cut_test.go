@@ -124,3 +124,49 @@ func TestBreakerCutsCallsInFlight(t *testing.T) {
 		assert.Zero(t, slow.debts.owed(slow.keysFor(key)))
 	}
 }
+
+// A process whose only lock call waits asleep on a release message still finds out that the
+// node hangs: the waiter checks the node's liveness (a PING, counted by the breaker) every
+// two call timeouts without a message, so that the breaker opens and wakes it, instead of
+// it sleeping until its wait limit (10s here) or the holder's lease (20s). The bound is
+// measured from the hang: one liveness interval plus the breaker's failures, each a call
+// timeout, doubled for a loaded machine.
+func TestBreakerLivenessWhileWaiting(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	opened := newOpenedAt()
+	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond, OnState: opened.record})
+	defer brk.Close()
+	rdb := redis.NewClient(srv.Options())
+	defer rdb.Close()
+	b := brk.Watch("node", rdb)
+	const callTimeout = 100 * time.Millisecond
+	c := New(rdb, &Options{Lease: 20 * time.Second, CallTimeout: callTimeout, Wait: 10 * time.Second, Breakers: brk})
+	defer c.Close()
+	other := New(srv.Client(t), &Options{Lease: 20 * time.Second})
+	defer other.Close()
+	ctx := ctxT(t, 30*time.Second)
+	key := uniqueKey(t)
+	held, err := other.Obtain(ctx, key)
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Obtain(ctx, key)
+		waited <- err
+	}()
+	require.Eventually(t, func() bool { return c.notify.sleeping.Load() == 1 }, 2*time.Second, 5*time.Millisecond)
+
+	srv.Pause()
+	hung := time.Now()
+	select {
+	case err := <-waited:
+		assert.ErrorIs(t, err, ErrBreakerOpen, "woken by the opening, and refused")
+	case <-time.After(9 * time.Second):
+		t.Fatal("the waiter still sleeps on a release message the hung node will never send")
+	}
+	bound := 2 * (c.livenessEvery() + time.Duration(DefaultBreakerFailures)*callTimeout)
+	assert.LessOrEqual(t, opened.at.Load().Sub(hung), bound, "opened %s after the hang", opened.at.Load().Sub(hung))
+	srv.Resume()
+	require.Eventually(t, func() bool { return b.State() == BreakerClosed }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, held.Release(ctx))
+}
