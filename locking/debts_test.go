@@ -203,5 +203,11 @@ func TestDebtRedlock(t *testing.T) {
 		n, err := direct.Exists(context.Background(), k.Hash).Result()
 		return err == nil && n == 0
 	}, 3*time.Second, 10*time.Millisecond, "the hung node keeps the key of a lock released during the hang")
+	// A late clean-up of the hang (the release of the hung node's late acquire, bounded by a
+	// call timeout) may fail just after the probe paid the debts: the next attempt on the
+	// key pays what is left.
+	l, err = r.TryObtain(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
 	assert.Zero(t, r.c.debts.owed(r.c.keysFor(key)))
 }
