@@ -29,7 +29,8 @@ func startSentinelBreaker(t *testing.T) *sentinelBreaker {
 	t.Cleanup(func() { _ = s.brk.Close() })
 	rdb := redistest.FailoverClient(t, s.set)
 	s.b = s.brk.Watch("master "+s.set.MasterName, rdb)
-	s.c = New(rdb, &Options{Lease: 10 * time.Second, CallTimeout: 100 * time.Millisecond, Breakers: s.brk})
+	// The storefront's call timeout: one a loaded machine does not miss on a healthy master.
+	s.c = New(rdb, &Options{Lease: 10 * time.Second, CallTimeout: 250 * time.Millisecond, Breakers: s.brk})
 	t.Cleanup(func() { _ = s.c.Close() })
 	l, err := s.c.Obtain(ctxT(t, 5*time.Second), uniqueKey(t)) // the pool has a connection to the master
 	require.NoError(t, err)
