@@ -85,7 +85,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			timeout.Milliseconds(), fk.turn).Int64Slice()
 		if err != nil {
 			c.reloadOnMoved(err)
-			return nil, 0, c.attemptFailed(ctx, err, fmt.Sprintf("obtain %q", key),
+			return nil, 0, c.attemptFailed(ctx, cctx, sent, err, fmt.Sprintf("obtain %q", key),
 				func(ctx context.Context) { c.fairAbandon(ctx, k, owner) })
 		}
 		if len(res) != 2 {

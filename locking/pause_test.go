@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,6 +32,8 @@ type pauseReport struct {
 	Opened     int64 `json:"opened"`     // transitions of its breaker to open
 	Discounted int64 `json:"discounted"` // failed calls not counted: their deadline passed during the pause
 	Obtained   int64 `json:"obtained"`
+	Stopped    int64 `json:"stopped"`      // attempts answered ErrNotObtained joined with errStopped
+	RedisErrs  int64 `json:"redis_errors"` // attempts that failed with anything but ErrNotObtained
 }
 
 // A stopped process (a GC or VM pause: SIGSTOP here) is not a hung Redis. The child runs 32
@@ -39,7 +42,7 @@ type pauseReport struct {
 // When it continues, a call whose deadline timer runs before its reply is read fails (Go reads
 // the reply instead when the socket's readiness is seen first): the breaker must not count
 // those failures (it would open, and a storefront would answer 503 unavailable with Redis
-// healthy). The test stops the child until one pause made at least the breaker's failure
+// healthy), and the attempts it failed are a lock not obtained, not a Redis failure. The test stops the child until one pause made at least the breaker's failure
 // count of calls fail (up to four pauses), so that without the rule the breaker would have
 // opened: the child's report proves the case arose.
 func TestBreakerIgnoresOwnPause(t *testing.T) {
@@ -87,6 +90,11 @@ func TestBreakerIgnoresOwnPause(t *testing.T) {
 	require.GreaterOrEqual(t, most, int64(DefaultBreakerFailures), "one pause failed enough calls to open the breaker")
 	assert.Zero(t, rep.Opened, "the breaker opened on the process's own pause")
 	assert.Positive(t, rep.Obtained)
+	// An attempt the pause failed ends as a lock not obtained (a storefront's lock_timeout),
+	// not as a Redis failure (its 503 unavailable). (In these runs the calls in flight at the
+	// stop were mostly releases: TestStoppedThrough checks the rule itself.)
+	assert.Zero(t, rep.RedisErrs, "attempts failed as Redis errors")
+	t.Logf("attempts answered as stopped: %d", rep.Stopped)
 }
 
 // countHandler counts the log records whose message is msg.
@@ -130,8 +138,17 @@ func pauseChildMain() int {
 		go func() {
 			defer wg.Done()
 			key := fmt.Sprintf("pause-child-%d-%d", os.Getpid(), i)
+			// Spread over one round (two calls of two 100ms hops): at the stop some loops
+			// wait on an acquire, others on a release.
+			time.Sleep(time.Duration(i) * 400 * time.Millisecond / 32)
 			for ctx.Err() == nil {
 				l, err := c.TryObtain(ctx, key)
+				switch {
+				case errors.Is(err, errStopped):
+					atomic.AddInt64(&rep.Stopped, 1)
+				case err != nil && !errors.Is(err, ErrNotObtained) && ctx.Err() == nil:
+					atomic.AddInt64(&rep.RedisErrs, 1)
+				}
 				if err != nil {
 					continue
 				}
@@ -144,7 +161,8 @@ func pauseChildMain() int {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() { // "report": the counts so far; the test closes stdin at the end
 		out := pauseReport{Opened: atomic.LoadInt64(&rep.Opened), Discounted: discounted.Load(),
-			Obtained: atomic.LoadInt64(&rep.Obtained)}
+			Obtained: atomic.LoadInt64(&rep.Obtained), Stopped: atomic.LoadInt64(&rep.Stopped),
+			RedisErrs: atomic.LoadInt64(&rep.RedisErrs)}
 		if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 			break
 		}
@@ -152,4 +170,39 @@ func pauseChildMain() int {
 	cancel()
 	wg.Wait()
 	return 0
+}
+
+// The rule that tells a call failed by this process's own pause, on a fabricated clock: a
+// call whose deadline passed longer ago than its whole budget (and than minPauseGap) failed
+// while the process was stopped; one that failed at its deadline, a reply from Redis, or a
+// refusal of the breaker did not.
+func TestStoppedThrough(t *testing.T) {
+	timeout := fmt.Errorf("read tcp: %w", context.DeadlineExceeded)
+	deadline := func(late time.Duration) context.Context {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-late))
+		t.Cleanup(cancel)
+		return ctx
+	}
+	const budget = 250 * time.Millisecond
+	cases := []struct {
+		name string
+		late time.Duration // how long ago the deadline passed
+		err  error
+		want bool
+	}{
+		{"stopped 3s past its deadline", 3 * time.Second, timeout, true},
+		{"failed at its deadline", 5 * time.Millisecond, timeout, false},
+		{"late, but less than its budget", budget / 2, timeout, false},
+		{"a reply from Redis", 3 * time.Second, redis.Nil, false},
+		{"refused by an open breaker", 3 * time.Second, ErrBreakerOpen, false},
+		{"no error", 3 * time.Second, nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := deadline(tc.late)
+			dl, _ := ctx.Deadline()
+			assert.Equal(t, tc.want, stoppedThrough(ctx, dl.Add(-budget), tc.err))
+		})
+	}
+	assert.False(t, pausedThrough(context.Background(), time.Now().Add(-time.Hour)), "a call without a deadline")
 }

@@ -99,7 +99,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration
 		res, err := semAcquireScript.Run(cctx, s.c.rdb, append(semKeys(k), k.gone(id)), id, s.c.lease.Milliseconds(),
 			strconv.Itoa(s.permits)).Int64Slice()
 		if err != nil {
-			return nil, 0, s.c.attemptFailed(ctx, err, fmt.Sprintf("acquire permit %q", key),
+			return nil, 0, s.c.attemptFailed(ctx, cctx, sent, err, fmt.Sprintf("acquire permit %q", key),
 				func(ctx context.Context) { s.giveBack(ctx, k, id) })
 		}
 		if len(res) != 2 {
