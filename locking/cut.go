@@ -95,8 +95,8 @@ func (b *Breaker) wasCut(gen uint64, err error) bool {
 }
 
 // pausedThrough reports whether a call under ctx that started at start and has just failed
-// outlived its deadline by more than its whole budget: its deadline passed while this process
-// was not running (a GC or VM pause, SIGSTOP), not because the node was silent. Such a
+// outlived its deadline by more than its whole budget and more than minPauseGap: its deadline
+// passed while this process was not running (a GC or VM pause, SIGSTOP), not because the node was silent. Such a
 // failure says nothing of the node: the breaker does not count it.
 func pausedThrough(ctx context.Context, start time.Time) bool {
 	dl, ok := ctx.Deadline()
@@ -110,5 +110,8 @@ func pausedThrough(ctx context.Context, start time.Time) bool {
 // pausedMsg is the debug line of a failure pausedThrough discounts.
 const pausedMsg = "redis breaker: a call whose deadline passed while the process was stopped is not counted"
 
-// minPauseGap is the least lateness that pausedThrough reads as a pause of the process.
-const minPauseGap = 100 * time.Millisecond
+// minPauseGap is the least lateness that pausedThrough reads as a pause of the process: a
+// second, so that a client overrunning a deadline by itself (go-redis's retries of a refused
+// dial sleep without looking at the context: 400ms past a 100ms deadline under -race) is not
+// taken for one. Shorter pauses of the process are counted as the node's failures.
+const minPauseGap = time.Second

@@ -193,6 +193,7 @@ func TestStoppedThrough(t *testing.T) {
 		{"stopped 3s past its deadline", 3 * time.Second, timeout, true},
 		{"failed at its deadline", 5 * time.Millisecond, timeout, false},
 		{"late, but less than its budget", budget / 2, timeout, false},
+		{"late by more than its budget, less than a second", 3 * budget, timeout, false},
 		{"a reply from Redis", 3 * time.Second, redis.Nil, false},
 		{"refused by an open breaker", 3 * time.Second, ErrBreakerOpen, false},
 		{"no error", 3 * time.Second, nil, false},
