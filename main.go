@@ -101,6 +101,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	}
 
 	reg := prometheus.NewRegistry()
+	if err := registerDBStats(reg, db); err != nil { // dbstats.go: the pool's go_sql_* metrics
+		return err
+	}
 	brk := newBreakers(reg, logger) // breaker.go: one per Redis node
 	defer closeLogged(logger, "redis breakers", brk.Close)
 	rb, err := openRedis(ctx, cfg.redisURLList(), cfg.redisCluster, getenv, logger, brk)
@@ -209,7 +212,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	if extra != nil {
 		extra.Handlers(&hcfg, svc)
 	}
-	return listenAndServe(ctx, cfg, handlers.New(hcfg), logger)
+	return listenAndServe(ctx, cfg, leakPurchases(ctx, handlers.New(hcfg), logger), logger) // leak_*.go: none but under -tags leaktest
 }
 
 // demo is what the demo adds to the command; demo.go sets it from init. Built with the nodemo

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -250,6 +252,9 @@ type Breaker struct {
 	node  string
 	probe func(context.Context) error
 
+	opens atomic.Uint64 // transitions to open so far (cut.go)
+	conns cutConns      // the connections its node client dialed (cut.go)
+
 	// guarded by set.mu
 	state    BreakerState
 	failures int // consecutive, while closed
@@ -291,12 +296,18 @@ func (b *Breaker) allow(ctx context.Context) error {
 	return nil
 }
 
-// report counts the outcome of a call that went to the node.
-func (b *Breaker) report(ctx context.Context, err error) {
+// report counts the outcome of a call that went to the node, sent at start. A failure whose
+// deadline passed while the process itself was stopped is not counted (pausedThrough).
+func (b *Breaker) report(ctx context.Context, err error, start time.Time) {
 	if ctx.Value(probeKey{}) != nil {
 		return // the prober decides
 	}
-	switch failed(ctx, err) {
+	o := failed(ctx, err)
+	if o == outcomeFailed && pausedThrough(ctx, start) {
+		b.set.log.Debug(pausedMsg, "node", b.node, "err", err)
+		o = outcomeNeutral
+	}
+	switch o {
 	case outcomeAnswered:
 		b.set.mu.Lock()
 		b.failures = 0
@@ -319,6 +330,8 @@ func (b *Breaker) openLocked(cause error) {
 	s := b.set
 	b.setLocked(BreakerOpen)
 	b.failures = 0
+	b.opens.Add(1)
+	b.conns.cutAll() // the calls in flight fail at once (cut.go)
 	s.open++
 	close(s.opened)
 	s.opened = make(chan struct{})
@@ -398,8 +411,16 @@ func failed(ctx context.Context, err error) outcome {
 }
 
 // DialHook implements redis.Hook: dials go through (a refused dial fails the call, which is
-// counted there).
-func (b *Breaker) DialHook(next redis.DialHook) redis.DialHook { return next }
+// counted there); the breaker keeps each connection, to cut it when it opens (cut.go).
+func (b *Breaker) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return b.conns.add(conn), nil
+	}
+}
 
 // ProcessHook implements redis.Hook.
 func (b *Breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -408,8 +429,13 @@ func (b *Breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(err)
 			return err
 		}
+		gen, start := b.opens.Load(), time.Now()
 		err := next(ctx, cmd)
-		b.report(ctx, err)
+		if b.wasCut(gen, err) {
+			err = cutError(b.node, err)
+			cmd.SetErr(err)
+		}
+		b.report(ctx, err, start)
 		return err
 	}
 }
@@ -423,8 +449,17 @@ func (b *Breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 			}
 			return err
 		}
+		gen, start := b.opens.Load(), time.Now()
 		err := next(ctx, cmds)
-		b.report(ctx, err)
+		if b.wasCut(gen, err) {
+			err = cutError(b.node, err)
+			for _, cmd := range cmds {
+				if cmd.Err() != nil {
+					cmd.SetErr(cutError(b.node, cmd.Err()))
+				}
+			}
+		}
+		b.report(ctx, err, start)
 		return err
 	}
 }

@@ -62,17 +62,33 @@ func (c *Client) bestEffort(ctx context.Context) (context.Context, context.Cance
 	return context.WithTimeout(asCleanup(context.WithoutCancel(ctx)), c.callTimeout)
 }
 
-// attemptFailed maps the error of an attempt's Redis call: when the call may have run
-// anyway, cleanup undoes it (best effort); an ended ctx gives ErrNotObtained joined with its
-// error, anything else a Redis error naming what failed.
-func (c *Client) attemptFailed(ctx context.Context, err error, what string, cleanup func(context.Context)) error {
+// attemptFailed maps the error of an attempt's Redis call, made under cctx and sent at sent:
+// when the call may have run anyway, cleanup undoes it (best effort); an ended ctx gives
+// ErrNotObtained joined with its error, and so does a call whose deadline passed while this
+// process was stopped (stoppedThrough); anything else is a Redis error naming what failed.
+func (c *Client) attemptFailed(ctx, cctx context.Context, sent time.Time, err error, what string, cleanup func(context.Context)) error {
 	if maybeExecuted(err) {
-		cctx, cancel := c.bestEffort(ctx)
-		cleanup(cctx)
+		bctx, cancel := c.bestEffort(ctx)
+		cleanup(bctx)
 		cancel()
 	}
 	if err := ended(ctx); err != nil {
 		return errors.Join(ErrNotObtained, err)
 	}
+	if stoppedThrough(cctx, sent, err) {
+		return errors.Join(ErrNotObtained, errStopped)
+	}
 	return fmt.Errorf("locking: %s: %w", what, err)
+}
+
+// errStopped joins ErrNotObtained for an attempt whose call failed because this process was
+// stopped past its deadline (a GC or VM pause): the wait for the lock ended, Redis did not
+// fail (a storefront answers lock_timeout, not unavailable).
+var errStopped = errors.New("locking: the process was stopped past the call's deadline")
+
+// stoppedThrough reports whether a call under cctx, sent at sent, failed with err because its
+// deadline passed while the process was stopped (pausedThrough), not because of Redis.
+func stoppedThrough(cctx context.Context, sent time.Time, err error) bool {
+	var re redis.Error
+	return err != nil && !errors.As(err, &re) && !errors.Is(err, ErrBreakerOpen) && pausedThrough(cctx, sent)
 }

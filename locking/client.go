@@ -108,6 +108,7 @@ type Client struct {
 	family      familyConfig // spin mode, fair-lock queue timeout (options.go)
 	breakers    *Breakers    // nil: none (breaker.go)
 	debts       debts        // clean-ups that did not reach Redis (debts.go)
+	live        liveness     // the liveness check of sleeping waiters (liveness.go)
 	core, fair  *kind        // the kinds of Obtain and ObtainFair (kind.go, fair.go)
 }
 

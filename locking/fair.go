@@ -71,6 +71,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 	start := time.Now()
 	var short shortfall // Options.Replicas: an attempt whose lock no replica acknowledged
 	l, err := c.obtainKind(ctx, c.fair, fk.turn+owner, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
+		c.settle(ctx, k) // clean-ups of k that did not reach Redis (debts.go)
 		sc, conn, err := c.scripterFor(ctx, k.hash)
 		if err != nil {
 			return nil, 0, fmt.Errorf("locking: obtain %q: %w", key, err)
@@ -84,8 +85,8 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			timeout.Milliseconds(), fk.turn).Int64Slice()
 		if err != nil {
 			c.reloadOnMoved(err)
-			return nil, 0, c.attemptFailed(ctx, err, fmt.Sprintf("obtain %q", key),
-				func(ctx context.Context) { _, _ = c.fairScript(ctx, k, owner, true, true, true) })
+			return nil, 0, c.attemptFailed(ctx, cctx, sent, err, fmt.Sprintf("obtain %q", key),
+				func(ctx context.Context) { c.fairAbandon(ctx, k, owner) })
 		}
 		if len(res) != 2 {
 			return nil, 0, fmt.Errorf("locking: obtain %q: unexpected reply %v", key, res)
@@ -101,7 +102,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			// Give the lock back and wake the head of the queue; this waiter joins it again.
 			_, err := c.fairScript(ctx, k, owner, true, false, false)
 			return err
-		}, func(ctx context.Context) { _, _ = c.fairScript(ctx, k, owner, true, true, true) })
+		}, func(ctx context.Context) { c.fairAbandon(ctx, k, owner) })
 		if short.note(err) {
 			return nil, c.retryAfterShortfall(), nil
 		}
@@ -114,7 +115,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 	if cfg.wait != 0 {
 		if err != nil { // leave the queue at once, and let the next waiter in
 			cctx, cancel := c.bestEffort(ctx)
-			_, _ = c.fairScript(cctx, k, owner, true, true, true)
+			c.fairAbandon(cctx, k, owner)
 			cancel()
 		}
 		c.notify.drop(fk.turn + owner)
@@ -125,7 +126,8 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 // fairKind is the fair lock's kind: the core lock's re-entry, renewal and TTL, with
 // fair_release.lua, which also wakes the head of the queue, to release and forget.
 func (c *Client) fairKind() *kind {
-	return &kind{reentry: reenterRedis, release: c.fairRelease, forget: c.fairForget, ttl: c.ttl, renew: c.renew}
+	return &kind{reentry: reenterRedis, release: c.fairRelease, forget: c.fairForget, ttl: c.ttl, renew: c.renew,
+		debt: func(h *hold) func(context.Context) error { return c.fairPay(h.k, h.owner) }}
 }
 
 // queueTimeout is the fair-lock waiter timeout: Options.QueueTimeout or its default, at least
@@ -158,5 +160,21 @@ func (c *Client) fairRelease(ctx context.Context, h *hold, last bool) (int64, er
 func (c *Client) fairForget(ctx context.Context, h *hold) {
 	cctx, cancel := c.bestEffort(ctx)
 	defer cancel()
-	_, _ = c.fairScript(cctx, h.k, h.owner, true, false, true)
+	c.fairAbandon(cctx, h.k, h.owner)
+}
+
+// fairAbandon is the clean-up of a fair owner that gave up or lost its hold: it leaves the
+// queue, drops every hold it may have and leaves its tombstone (fair_release.lua). When the
+// call does not reach Redis the Client owes it (debts.go).
+func (c *Client) fairAbandon(ctx context.Context, k keys, owner string) {
+	pay := c.fairPay(k, owner)
+	c.debts.owe(k, owner, pay(ctx), pay)
+}
+
+// fairPay is fairAbandon's call, as a debt.
+func (c *Client) fairPay(k keys, owner string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.fairScript(ctx, k, owner, true, true, true)
+		return err
+	}
 }

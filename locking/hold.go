@@ -213,8 +213,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	cctx, cancel := h.c.bestEffort(ctx)
 	defer cancel()
 	left, err := h.kind.release(cctx, h, last)
-	if err != nil && last && h.kind == h.c.core {
-		h.c.debts.owe(h.k, h.owner, err) // the key may stay ours: paid before the next attempt on it
+	if err != nil && last && h.kind.debt != nil {
+		// The key may stay ours: paid before the next attempt on it, or when a breaker closes.
+		h.c.debts.owe(h.k, h.owner, err, h.kind.debt(h))
 	}
 	if err == nil && left < 0 {
 		if last { // found lost only now: the holder still hears of it once, as a loss

@@ -32,6 +32,10 @@ type kind struct {
 	ttl func(ctx context.Context, h *hold) (time.Duration, error)
 	// renew is the watchdog's renewal (see watchdog.renew).
 	renew func(ctx context.Context, h *hold) (bool, error)
+	// debt, when not nil, returns the clean-up a Client owes (debts.go) when h's last
+	// release did not reach Redis; nil for a kind that records its debts itself (Redlock,
+	// per node).
+	debt func(h *hold) func(context.Context) error
 	// refence issues h a new fencing token if h still holds the key, or returns -1 (see
 	// Lock.NextToken); nil for a kind that cannot (its tokens are not one counter's).
 	refence func(ctx context.Context, h *hold) (int64, error)
@@ -56,6 +60,7 @@ func (c *Client) coreKind() *kind {
 			return releaseScript.Run(ctx, c.rdb, []string{h.k.hash}, h.owner, h.k.channel, flag(last)).Int64()
 		},
 		forget: func(ctx context.Context, h *hold) { c.forget(ctx, h.k, h.owner) },
+		debt:   func(h *hold) func(context.Context) error { return c.forgetPay(h.k, h.owner) },
 		ttl:    c.ttl,
 		renew:  c.renew,
 		refence: func(ctx context.Context, h *hold) (int64, error) {
@@ -106,9 +111,8 @@ func (c *Client) ttl(ctx context.Context, h *hold) (time.Duration, error) {
 func (c *Client) forget(ctx context.Context, k keys, owner string) {
 	cctx, cancel := c.bestEffort(ctx)
 	defer cancel()
-	err := forgetScript.Run(cctx, c.rdb, []string{k.hash, k.gone(owner)}, owner, k.channel, "1",
-		c.lease.Milliseconds()).Err()
-	c.debts.owe(k, owner, err) // paid before this Client's next attempt on k
+	pay := c.forgetPay(k, owner)
+	c.debts.owe(k, owner, pay(cctx), pay) // paid before this Client's next attempt on k
 }
 
 // errAbandoned is the answer of an acquire whose owner's tombstone exists (forget.lua). Only

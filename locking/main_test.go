@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
+	if os.Getenv(pauseChildEnv) != "" {
+		os.Exit(pauseChildMain())
+	}
 	srv, err := redistest.New()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

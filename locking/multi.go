@@ -303,9 +303,12 @@ func (m *Multi) forget(ctx context.Context, ks []keys) {
 	}
 	cctx, cancel := m.c.bestEffort(ctx)
 	defer cancel()
-	evalEach(cctx, m.c.rdb, forgetScript, ks, func(k keys) ([]string, []any) {
+	cmds := evalEach(cctx, m.c.rdb, forgetScript, ks, func(k keys) ([]string, []any) {
 		return []string{k.hash, k.gone(m.owner)}, []any{m.owner, k.channel, "1", m.c.lease.Milliseconds()}
 	})
+	for i, k := range ks { // a key whose clean-up did not reach Redis is owed (debts.go)
+		m.c.debts.owe(k, m.owner, cmds[i].Err(), m.c.forgetPay(k, m.owner))
+	}
 }
 
 // multiWatchdog returns the one watchdog of m: it renews every key taken so far, or none for
@@ -476,6 +479,7 @@ func (m *Multi) Release(ctx context.Context) error {
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("locking: release %q: %w", k.name, err))
+			m.c.debts.owe(k, m.owner, err, m.c.forgetPay(k, m.owner)) // the key may stay ours
 		case left < 0: // found lost only now: the holder still hears of it once, as a loss
 			gone = true
 			lost := &KeyLostError{Key: k.name, Err: fmt.Errorf("%w: %w", ErrLost, errTaken)}

@@ -164,6 +164,9 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 		if err := ended(ctx); err != nil {
 			return 0, sent, 0, errors.Join(ErrNotObtained, err)
 		}
+		if stoppedThrough(cctx, sent, err) { // this process was stopped, not Redis (calls.go)
+			return 0, sent, 0, errors.Join(ErrNotObtained, errStopped)
+		}
 		return 0, sent, 0, fmt.Errorf("locking: obtain %q: %w", k.name, err)
 	}
 	if len(res) != 2 {

@@ -130,6 +130,7 @@ func (r *Redlock) obtain(ctx context.Context, key string, wait bool, opts []Obta
 	return r.c.obtainKind(ctx, r.kind, "", cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
 		// An owner per round: a failed round's clean-up leaves the owner's tombstone on the
 		// nodes (forget.lua), which refuses every later acquire of that owner.
+		r.c.settle(ctx, k) // clean-ups of k that did not reach a node (debts.go)
 		return r.attempt(ctx, k, newOwner(), cfg.floor, start)
 	})
 }
@@ -224,7 +225,8 @@ func (r *Redlock) attempt(ctx context.Context, k keys, owner string, floor int64
 			if rep.err != nil {
 				errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
 			}
-			if !errors.Is(rep.err, ErrBreakerOpen) { // an open breaker sent nothing
+			// A call refused by an open breaker sent nothing; one cut by its opening was sent.
+			if !errors.Is(rep.err, ErrBreakerOpen) || maybeExecuted(rep.err) {
 				touched = append(touched, i) // the reply may be lost or late, not the acquire
 			}
 		case rep.res[0] == 1:
@@ -309,6 +311,10 @@ func (r *Redlock) releaseOn(ctx context.Context, k keys, owner string, nodes []i
 			cmd = releaseScript.Run(ctx, rdb, []string{k.hash}, owner, k.channel, "1")
 		}
 		n, err := cmd.Int64()
+		// A node the clean-up did not reach is owed it (debts.go): paid before the next
+		// attempt on the key, or when that node's breaker closes. Late calls, still running
+		// after an early return, record theirs too.
+		r.c.debts.owe(k, owner, err, forgetPayOn(rdb, k, owner, r.c.lease))
 		return nodeReply{n: n, err: err}
 	}, decided)
 	for _, i := range nodes {
@@ -438,4 +444,12 @@ func (r *Redlock) ttl(ctx context.Context, h *hold) (time.Duration, error) {
 	slices.Sort(ttls)
 	slices.Reverse(ttls)
 	return max(ttls[r.quorum-1]-drift(r.c.lease), 0), nil
+}
+
+// forgetPayOn is the clean-up of owner on k on one node (forget.lua), as a debt.
+func forgetPayOn(rdb redis.UniversalClient, k keys, owner string, lease time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return forgetScript.Run(ctx, rdb, []string{k.hash, k.gone(owner)}, owner, k.channel, "1",
+			lease.Milliseconds()).Err()
+	}
 }

@@ -56,7 +56,8 @@ type Semaphore struct {
 func NewSemaphore(rdb redis.UniversalClient, permits int, opts *Options) *Semaphore {
 	s := &Semaphore{c: New(rdb, opts), permits: max(permits, 1)}
 	s.c.replicas = 0 // Options.Replicas applies to locks, not to permits
-	s.kind = &kind{reentry: reenterNever, release: s.release, forget: s.forget, ttl: s.ttl, renew: s.renew}
+	s.kind = &kind{reentry: reenterNever, release: s.release, forget: s.forget, ttl: s.ttl, renew: s.renew,
+		debt: func(h *hold) func(context.Context) error { return s.returnPay(h.k, h.owner) }}
 	return s
 }
 
@@ -91,14 +92,15 @@ func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration
 	id := newOwner()
 	start := time.Now()
 	return s.c.obtainKind(ctx, s.kind, k.channel, limit, func(ctx context.Context) (*Lock, time.Duration, error) {
+		s.c.settle(ctx, k) // permits given back that did not reach Redis (debts.go)
 		cctx, cancel := context.WithTimeout(ctx, s.c.callTimeout)
 		defer cancel()
 		sent := time.Now()
 		res, err := semAcquireScript.Run(cctx, s.c.rdb, append(semKeys(k), k.gone(id)), id, s.c.lease.Milliseconds(),
 			strconv.Itoa(s.permits)).Int64Slice()
 		if err != nil {
-			return nil, 0, s.c.attemptFailed(ctx, err, fmt.Sprintf("acquire permit %q", key),
-				func(ctx context.Context) { _, _ = s.releaseID(ctx, k, id, true) })
+			return nil, 0, s.c.attemptFailed(ctx, cctx, sent, err, fmt.Sprintf("acquire permit %q", key),
+				func(ctx context.Context) { s.giveBack(ctx, k, id) })
 		}
 		if len(res) != 2 {
 			return nil, 0, fmt.Errorf("locking: acquire permit %q: unexpected reply %v", key, res)
@@ -131,7 +133,23 @@ func (s *Semaphore) release(ctx context.Context, h *hold, _ bool) (int64, error)
 func (s *Semaphore) forget(ctx context.Context, h *hold) {
 	cctx, cancel := s.c.bestEffort(ctx)
 	defer cancel()
-	_, _ = s.releaseID(cctx, h.k, h.owner, true)
+	s.giveBack(cctx, h.k, h.owner)
+}
+
+// giveBack is the clean-up of permit id (releaseID with its tombstone): after an attempt
+// whose reply was lost, or a loss. When the call does not reach Redis the semaphore's Client
+// owes it (debts.go).
+func (s *Semaphore) giveBack(ctx context.Context, k keys, id string) {
+	pay := s.returnPay(k, id)
+	s.c.debts.owe(k, id, pay(ctx), pay)
+}
+
+// returnPay is giveBack's call, as a debt.
+func (s *Semaphore) returnPay(k keys, id string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := s.releaseID(ctx, k, id, true)
+		return err
+	}
 }
 
 func (s *Semaphore) ttl(ctx context.Context, h *hold) (time.Duration, error) {

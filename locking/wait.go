@@ -54,29 +54,8 @@ func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Durati
 	}
 	for {
 		if sleep > 0 {
-			// A breaker that opens wakes the waiter: its next attempt fails at once. While one
-			// is open, no sleep is longer than a probe interval (a hung node sends no message).
-			opened, open := c.breakers.wake()
-			if open {
-				sleep = min(sleep, c.breakers.probeInterval)
-			}
-			timer.Reset(sleep)
-			c.notify.sleeping.Add(1)
-			select {
-			case <-opened:
-				c.notify.sleeping.Add(-1)
-			case <-w.wake:
-				c.notify.sleeping.Add(-1)
-				c.notify.wokenByMessage.Add(1)
-			case <-timer.C:
-				c.notify.sleeping.Add(-1)
-				c.notify.wokenByTimer.Add(1)
-			case <-ctx.Done():
-				c.notify.sleeping.Add(-1)
-				return errors.Join(ErrNotObtained, ctx.Err())
-			case <-limitC:
-				c.notify.sleeping.Add(-1)
-				return ErrNotObtained
+			if err := c.sleep(ctx, w, channel, timer, sleep, limitC); err != nil {
+				return err
 			}
 		}
 		c.notify.tried(w) // a message from now on wakes this waiter again
@@ -91,5 +70,44 @@ func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Durati
 		// ttl is the holder's remaining lease; -1 (no expiry) should not happen, and <= 0
 		// means it just expired: retry soon.
 		sleep = max(ttl, time.Millisecond)
+	}
+}
+
+// sleep is one sleep of waitLoop's waiter w: until a message on its channel, d, a breaker's
+// opening, ctx's end or the wait limit (limitC), which give the wait's error. A breaker that
+// opens wakes the waiter: its next attempt fails at once. While one is open, no sleep is
+// longer than a probe interval (a hung node sends no message). With breakers, every
+// livenessEvery of sleep without a message the node's liveness is checked (liveness.go).
+func (c *Client) sleep(ctx context.Context, w *waiter, channel string, timer *time.Timer, d time.Duration,
+	limitC <-chan time.Time) error {
+	opened, open := c.breakers.wake()
+	if open {
+		d = min(d, c.breakers.probeInterval)
+	}
+	var liveC <-chan time.Time
+	if c.breakers != nil && d > c.livenessEvery() {
+		live := time.NewTicker(c.livenessEvery())
+		defer live.Stop()
+		liveC = live.C
+	}
+	timer.Reset(d)
+	c.notify.sleeping.Add(1)
+	defer c.notify.sleeping.Add(-1)
+	for {
+		select {
+		case <-liveC:
+			c.checkLiveness(channel)
+			continue
+		case <-opened:
+		case <-w.wake:
+			c.notify.wokenByMessage.Add(1)
+		case <-timer.C:
+			c.notify.wokenByTimer.Add(1)
+		case <-ctx.Done():
+			return errors.Join(ErrNotObtained, ctx.Err())
+		case <-limitC:
+			return ErrNotObtained
+		}
+		return nil
 	}
 }

@@ -68,9 +68,22 @@ func openPostgres(ctx context.Context, url string, o options) (*gorm.DB, error) 
 // sharing the database: on PostgreSQL it takes a transaction-scoped advisory lock (released
 // by COMMIT or ROLLBACK, so a crashed process cannot leave it behind); on SQLite the
 // immediate transaction already holds the database's one write lock.
+//
+// The wait for the lock may last another process's whole migration or seed (instances that
+// start at once on a fresh database, on a loaded machine): the transaction's statements get
+// SerializeTimeout (SET LOCAL, this transaction only) instead of the session's statement
+// timeout, which is for purchases. A 5s statement timeout once cancelled a waiting instance's
+// migration, and the instance did not start.
 func serialize(tx *gorm.DB) error {
 	if BackendOfDB(tx) != Postgres {
 		return nil
 	}
+	if err := tx.Exec(fmt.Sprintf("SET LOCAL statement_timeout = %d", SerializeTimeout.Milliseconds())).Error; err != nil {
+		return err
+	}
 	return tx.Exec("SELECT pg_advisory_xact_lock(?)", advisoryLockKey).Error
 }
+
+// SerializeTimeout bounds each statement of a migration or seed on PostgreSQL, the wait for
+// the other processes' included (serialize).
+const SerializeTimeout = 2 * time.Minute

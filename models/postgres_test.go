@@ -148,3 +148,41 @@ func testOnConflictDoNothingReturning(t *testing.T, b backend) {
 }
 
 var sqlTxOptionsRepeatableRead = sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+
+// Instances that start at once on one database migrate one after the other (the advisory
+// lock); the later ones wait for the whole migration of the first, which on a loaded machine
+// can outlast the statement timeout meant for purchases. Here another session holds the lock
+// for three statement timeouts: Open waits for it (its migration's statements are bounded by
+// SerializeTimeout) and returns only after the holder let go.
+func TestPostgresMigrationWaitsPastStatementTimeout(t *testing.T) {
+	ctx := context.Background()
+	url := dbs.PG.Database(t)
+	const timeout = 200 * time.Millisecond
+	holder, err := models.Open(ctx, url, models.WithStatementTimeout(timeout))
+	require.NoError(t, err)
+	defer models.Close(holder)
+	tx := holder.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, tx.Exec("SELECT pg_advisory_xact_lock(?)", models.AdvisoryLockKey).Error)
+
+	type opened struct {
+		db  *gorm.DB
+		err error
+		at  time.Time
+	}
+	done := make(chan opened, 1)
+	go func() {
+		db, err := models.Open(ctx, url, models.WithStatementTimeout(timeout))
+		done <- opened{db, err, time.Now()}
+	}()
+	time.Sleep(3 * timeout) // the other Open waits on the lock meanwhile
+	released := time.Now()
+	require.NoError(t, tx.Commit().Error)
+	o := <-done
+	require.NoError(t, o.err, "the migration waited past the statement timeout")
+	defer models.Close(o.db)
+	assert.True(t, o.at.After(released), "Open returned after the holder let go of the lock")
+	var v string
+	require.NoError(t, o.db.Raw("SHOW statement_timeout").Row().Scan(&v))
+	assert.Equal(t, "200ms", v, "the session keeps its statement timeout: SET LOCAL ended with the migration")
+}

@@ -1,0 +1,4 @@
+package models
+
+// AdvisoryLockKey is advisoryLockKey, for the tests of package models_test.
+const AdvisoryLockKey = advisoryLockKey
