@@ -17,16 +17,16 @@ type Point struct {
 type Fit struct {
 	Metric string  `json:"metric"`
 	Series string  `json:"series"`
-	Points int     `json:"points"`            // points judged (after the warm-up)
-	Window float64 `json:"window_s"`          // seconds judged
-	Median float64 `json:"median"`            // the judged points' median
-	Slope  float64 `json:"slope_per_s"`       // Theil–Sen slope, units a second
-	Growth float64 `json:"growth"`            // Slope × Window
-	Shift  float64 `json:"shift"`             // last quarter's median − first quarter's median
-	Bound  float64 `json:"bound"`             // the growth that makes a LEAK for this series
-	Leak   bool    `json:"leak"`              // Growth and Shift both past the bound (Shift: half of it)
-	Short  string  `json:"short,omitempty"`   // why the series was not judged ("" when it was)
-	Unit   string  `json:"unit,omitempty"`    // the metric's unit
+	Points int     `json:"points"`          // points judged (after the warm-up)
+	Window float64 `json:"window_s"`        // seconds judged
+	Median float64 `json:"median"`          // the judged points' median
+	Slope  float64 `json:"slope_per_s"`     // Theil–Sen slope, units a second
+	Growth float64 `json:"growth"`          // Slope × Window
+	Shift  float64 `json:"shift"`           // last quarter's median − first quarter's median
+	Bound  float64 `json:"bound"`           // the growth that makes a LEAK for this series
+	Leak   bool    `json:"leak"`            // Growth and Shift both past the bound (Shift: half of it)
+	Short  string  `json:"short,omitempty"` // why the series was not judged ("" when it was)
+	Unit   string  `json:"unit,omitempty"`  // the metric's unit
 }
 
 // MinPoints is the fewest points after the warm-up that a series needs to be judged.
