@@ -190,6 +190,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		return err
 	}
 	defer closeLogged(logger, "inventory workers", svc.Close) // after the requests drained
+	reg.MustRegister(overdueHolds{svc: svc, log: logger})
 
 	token := cfg.adminToken
 	if token == "" {
