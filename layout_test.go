@@ -85,13 +85,13 @@ func TestDependencyPicture(t *testing.T) {
 // only packages of the layers below its own (besides internal/ helpers); the packages of one
 // layer do not know each other. The command (loadtest, flags to a scenario) is the top.
 var loadtestLayers = [][]string{
-	{"loadtest/config"},                     // the run's settings, as the flags give them
-	{"loadtest/client"},                     // the storefront's HTTP API; a purchase and every attempt of it
-	{"loadtest/cluster", "loadtest/checks"}, // start and stop the processes; judge a run (invariants, history)
-	{"loadtest/workload", "loadtest/fault"}, // what the buyers send; what breaks meanwhile
-	{"loadtest/report"},                     // text, JSON, HTML
-	{"loadtest/scenario"},                   // the comparison, -perf, -scenario pitfalls
-	{"loadtest"},                            // the command
+	{"loadtest/config"}, // the run's settings, as the flags give them
+	{"loadtest/client"}, // the storefront's HTTP API; a purchase and every attempt of it
+	{"loadtest/cluster", "loadtest/checks", "loadtest/soak"}, // start and stop the processes; judge a run (invariants, history; leaks over time)
+	{"loadtest/workload", "loadtest/fault"},                  // what the buyers send; what breaks meanwhile
+	{"loadtest/report"},                                      // text, JSON, HTML
+	{"loadtest/scenario"},                                    // the comparison, -perf, -scenario pitfalls
+	{"loadtest"},                                             // the command
 }
 
 // loadtestTestKit is the package of the load test's shared test helpers: only tests import it,
