@@ -271,17 +271,22 @@ func hangFigures(t *testing.T, h *hangRun, pause, resume func(), during func()) 
 func TestRedisHangGuard(t *testing.T) {
 	h := startHangRun(t, "guard")
 	healthy, hung, back, _ := hangFigures(t, h, h.redis.Pause, h.redis.Resume, func() {
-		// The breaker is open: /readyz tells it without failing (the storefront sells), and
-		// so does the node's gauge.
-		var r struct {
+		// Once the breaker is open, /readyz tells it without failing (the storefront sells),
+		// and so does the node's gauge. The breaker opens after its failures' call timeouts,
+		// which a loaded machine stretches: asked until it says so, within 3 s.
+		type readiness struct {
 			Checks []struct {
 				Name  string `json:"name"`
 				OK    bool   `json:"ok"`
 				State string `json:"state"`
 			} `json:"checks"`
 		}
-		assert.Equal(t, http.StatusOK, h.servers[0].call("GET", "/readyz", "", &r))
-		assert.Contains(t, fmt.Sprint(r.Checks), "redis "+h.links[0].Addr+" false open")
+		want := "redis " + h.links[0].Addr + " false open"
+		assert.EventuallyWithT(t, func(c *assert.CollectT) {
+			var r readiness
+			assert.Equal(c, http.StatusOK, h.servers[0].call("GET", "/readyz", "", &r))
+			assert.Contains(c, fmt.Sprint(r.Checks), want)
+		}, 3*time.Second, 50*time.Millisecond)
 		// 2 open, or 1 half-open while a probe is in flight.
 		assert.Regexp(t, `stockguard_redis_breaker_state\{node="`+regexp.QuoteMeta(h.links[0].Addr)+`"\} [12]\n`, metricsText(t, h.servers[0]))
 	})
