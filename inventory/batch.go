@@ -14,7 +14,7 @@ import (
 // The hand-written statements of the hot path, in portable SQL (SQLite 3.35+ and PostgreSQL
 // both have UPDATE ... RETURNING and INSERT ... ON CONFLICT DO NOTHING RETURNING). They run
 // through database/sql, without GORM's statement building: the profile of the hot item showed
-// it (see README).
+// it (docs/measured.md, "What the profile showed").
 const (
 	sqlReadItem    = `SELECT stock, fence_token FROM items WHERE id = ?`
 	sqlInsertOrder = `INSERT INTO "orders" (item_id, quantity, strategy, fence_token, idempotency_key, fingerprint,
