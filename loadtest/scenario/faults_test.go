@@ -61,7 +61,14 @@ func TestChaosFailover(t *testing.T) {
 			break
 		}
 	}
-	assert.Contains(t, []string{verdict.LostUpdate, verdict.Oversold}, lock.Verdict, "the stale holder's write broke lock")
+	// The failover broke lock: the stale holder's write lost an update or oversold, or, when
+	// the two holders of one token did not race on the stock, the orders show that token
+	// written by two transactions (the promoted replica's twin).
+	if lock.Verdict == verdict.OrderMismatch {
+		assert.Positive(t, lock.TokenRewrites, "an order mismatch under failover is the twin token: %v", lock.Violations)
+		return
+	}
+	assert.Contains(t, []string{verdict.LostUpdate, verdict.Oversold}, lock.Verdict, "the stale holder's write broke lock: %v", lock.Violations)
 }
 
 // -chaos partition: the holder's link to Redis is black-holed mid-work (work 2x the lease).
