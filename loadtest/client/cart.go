@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/storeapi"
@@ -56,7 +57,8 @@ type CartResult struct {
 	Start   time.Time
 	Latency time.Duration
 	Err     error
-	WorkMS  float64
+	WorkMS  float64 // simulated work the server spent on it (Server-Timing work;dur), demo mode
+	LockMS  float64 // its wait for the locks (Server-Timing lock;dur), demo mode; 0 for a strategy without lock
 }
 
 // cartCall sends one cart or hold request and decodes its answer into r: a 2xx body into
@@ -95,6 +97,7 @@ func (a *API) cartCall(ctx context.Context, method, path string, hdr http.Header
 	defer resp.Body.Close()
 	r.Status = resp.StatusCode
 	r.WorkMS = timingMS(resp.Header.Get("Server-Timing"), "work")
+	r.LockMS = timingMS(resp.Header.Get("Server-Timing"), "lock")
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	switch {
 	case err != nil:
@@ -118,9 +121,33 @@ func (a *API) cartCall(ctx context.Context, method, path string, hdr http.Header
 	return r
 }
 
-// Checkout sends POST /api/checkout.
+// RouteHeader names a cart's routing key (docs/DESIGN.md §10.2): deploy/nginx.conf hashes it as
+// a purchase's item, the storefront ignores it.
+const RouteHeader = "X-Route-Item"
+
+// RouteItem is the routing key of a cart: its lowest item id, as the shop page sends it (0 for
+// no lines).
+func RouteItem(lines []CartLine) int64 {
+	var id int64
+	for _, l := range lines {
+		if id == 0 || l.ItemID < id {
+			id = l.ItemID
+		}
+	}
+	return id
+}
+
+// setRoute sets the routing key of a cart of lines.
+func setRoute(h http.Header, lines []CartLine) {
+	if id := RouteItem(lines); id > 0 {
+		h.Set(RouteHeader, strconv.FormatInt(id, 10))
+	}
+}
+
+// Checkout sends POST /api/checkout, with the cart's routing key (RouteItem).
 func (a *API) Checkout(ctx context.Context, lines []CartLine, key, strategy string, work time.Duration) CartResult {
 	h := http.Header{}
+	setRoute(h, lines)
 	if key != "" {
 		h.Set("Idempotency-Key", key)
 	}
@@ -131,9 +158,10 @@ func (a *API) Checkout(ctx context.Context, lines []CartLine, key, strategy stri
 	return r
 }
 
-// PlaceHold sends POST /api/holds.
+// PlaceHold sends POST /api/holds, with the cart's routing key (RouteItem).
 func (a *API) PlaceHold(ctx context.Context, lines []CartLine, ttl time.Duration, strategy string) CartResult {
 	h := http.Header{}
+	setRoute(h, lines)
 	setDemo(h, strategy, 0)
 	var hb HoldBody
 	r := a.cartCall(ctx, http.MethodPost, "/api/holds", h, map[string]any{"lines": lines, "ttl": ttl.String()}, &hb)

@@ -249,6 +249,7 @@ type PurchaseResult struct {
 	Latency time.Duration
 	Err     error
 	WorkMS  float64 // simulated work the server spent on it (Server-Timing work;dur), demo mode
+	LockMS  float64 // its wait for the item's lock (Server-Timing lock;dur), demo mode
 }
 
 func (a *API) Purchase(ctx context.Context, p PurchaseReq) PurchaseResult {
@@ -272,6 +273,7 @@ func (a *API) Purchase(ctx context.Context, p PurchaseReq) PurchaseResult {
 	r.Status, r.Err = a.doHeader(ctx, http.MethodPost, path, h, map[string]int{"quantity": p.Quantity}, &r.Receipt, &resHdr)
 	r.Start, r.Latency = start, time.Since(start)
 	r.WorkMS = timingMS(resHdr.Get("Server-Timing"), "work")
+	r.LockMS = timingMS(resHdr.Get("Server-Timing"), "lock")
 	var ae *apiError
 	switch {
 	case r.Err == nil:

@@ -42,6 +42,9 @@ type Config struct {
 	// The workload (workload/cart.go, workload/holds.go): WorkloadPurchase, WorkloadCart or WorkloadHolds.
 	Workload string
 	HoldTTL  time.Duration // -workload holds: the ttl of every hold
+	// -workload cart: the share of its operations that are single purchases of the hot item
+	// (POST /api/items/:id/purchase) among the checkouts, 0..1
+	CartSingles float64
 	// The open model and the thresholds (workload/openmodel.go, threshold.go).
 	Spike      bool        // open model: the rate ramps from 0 to Rate in one second, then holds
 	Thresholds []Threshold // -threshold: each strategy's run must meet them (else exit 3)

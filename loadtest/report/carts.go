@@ -15,7 +15,6 @@ import (
 // the cost of each extra item, the holds' fates and hold-then-confirm against a direct
 // checkout; then lock+guard against guard on the carts with the hot item.
 func (r *Report) writeCarts(w io.Writer) {
-	var guard, lockGuard *StrategyResult
 	header := false
 	for i := range r.Strategies {
 		s := &r.Strategies[i]
@@ -27,14 +26,16 @@ func (r *Report) writeCarts(w io.Writer) {
 			header = true
 			fmt.Fprintf(w, "\ncarts (-workload %s: 1-%d lines, repeated lines merged):\n", c.Workload, workload.MaxCartLines)
 		}
-		switch s.Strategy {
-		case "guard":
-			guard = s
-		case "lock+guard":
-			lockGuard = s
+		fmt.Fprintf(w, "  %-12s %d checkouts, %.0f/s answered, %.0f/s sold, p99 %s; with the hot item: %d, %.0f/s answered, %.0f/s sold\n",
+			s.Label(), c.Checkouts, c.CheckoutsPerSec, c.SoldPerSec, fmtMS(c.P99MS), c.HotCheckouts, c.HotPerSec, c.HotSoldPerSec)
+		if c.Singles > 0 {
+			fmt.Fprintf(w, "  %-12s single purchases of the hot item among them: %d, %.0f/s sold (in none of the figures above)\n", "", c.Singles, c.SinglesSoldPerSec)
 		}
-		fmt.Fprintf(w, "  %-12s %d checkouts, %.0f/s answered, %.0f/s sold; with the hot item: %d, %.0f/s answered, %.0f/s sold\n",
-			s.Label(), c.Checkouts, c.CheckoutsPerSec, c.SoldPerSec, c.HotCheckouts, c.HotPerSec, c.HotSoldPerSec)
+		fmt.Fprintf(w, "  %-12s longest lock wait (Server-Timing; mean, answers): %s\n", "", lockWaitsText(c.LockWaits))
+		if h := c.Coalesced; h != nil && h.Holds > 0 {
+			fmt.Fprintf(w, "  %-12s coalesced holds: %d, %d of them served carts; mean carts per hold %.2f (per hold that served a cart %.2f; stockguard_hold_carts)\n",
+				"", h.Holds, h.CartHolds, h.CartsPerHold, h.CartsPerCartHold)
+		}
 		if len(c.BySize) > 0 {
 			parts := make([]string, len(c.BySize))
 			for i, sz := range c.BySize {
@@ -71,9 +72,107 @@ func (r *Report) writeCarts(w io.Writer) {
 			}
 		}
 	}
-	if guard != nil && lockGuard != nil && guard.Carts.HotSoldPerSec > 0 && r.Config.Chaos == "" {
-		g, l := guard.Carts, lockGuard.Carts
-		fmt.Fprintf(w, "carts with the hot item: lock+guard / guard: sold/s %.2fx (%.0f against %.0f), answered/s %.2fx; per extra item %+.1fms against %+.1fms\n",
-			l.HotSoldPerSec/g.HotSoldPerSec, l.HotSoldPerSec, g.HotSoldPerSec, l.HotPerSec/max(g.HotPerSec, 1e-9), l.PerExtraItemMS, g.PerExtraItemMS)
+	if r.Config.Chaos != "" {
+		return
 	}
+	routes := r.Config.Routes
+	if len(routes) == 0 {
+		routes = []string{config.RouteRoundRobin}
+	}
+	for _, route := range routes {
+		guard, lockGuard := r.cartPair(route)
+		if guard == nil || lockGuard == nil || guard.Carts.HotSoldPerSec == 0 {
+			continue
+		}
+		g, l := guard.Carts, lockGuard.Carts
+		fmt.Fprintf(w, "carts with the hot item, route %s: lock+guard / guard: sold/s %.2fx (%.0f against %.0f), answered/s %.2fx, p99 %.2fx; per extra item %+.1fms against %+.1fms\n",
+			route, l.HotSoldPerSec/g.HotSoldPerSec, l.HotSoldPerSec, g.HotSoldPerSec, l.HotPerSec/max(g.HotPerSec, 1e-9),
+			l.P99MS/max(g.P99MS, 1e-9), l.PerExtraItemMS, g.PerExtraItemMS)
+	}
+}
+
+// cartPair returns the cart runs of guard and lock+guard routed by route (nil when absent).
+func (r *Report) cartPair(route string) (guard, lockGuard *StrategyResult) {
+	for i := range r.Strategies {
+		s := &r.Strategies[i]
+		if s.Carts == nil || s.Fault != "" || (s.Route != route && (s.Route != "" || route != config.RouteRoundRobin)) {
+			continue
+		}
+		switch s.Strategy {
+		case "guard":
+			guard = s
+		case "lock+guard":
+			lockGuard = s
+		}
+	}
+	return guard, lockGuard
+}
+
+// lockWaitsText tells the longest lock wait of each class with answers.
+func lockWaitsText(ws []workload.LockWait) string {
+	var parts []string
+	for _, lw := range ws {
+		if lw.Answers == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (%s, %d)", lockClassLabel[lw.Class], fmtMS(lw.MaxMS), fmtMS(lw.MeanMS), lw.Answers))
+	}
+	if len(parts) == 0 {
+		return "none answered"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// lockClassLabel names the lock-wait classes (workload.LockClasses) in the report.
+var lockClassLabel = map[string]string{
+	workload.ClassSingle:   "single purchases",
+	workload.ClassHot:      "carts of the hot item only",
+	workload.ClassHotOther: "carts of the hot item and others",
+	workload.ClassCold:     "carts of cold items only",
+}
+
+// cartRow is one strategy's row of the HTML report's carts table.
+type cartRow struct {
+	Label             string
+	Checkouts         int
+	SoldPerSec, P99MS float64
+	SinglesSoldPerSec float64
+	Waits             []string // the longest lock wait of each class (workload.LockClasses)
+	CartsPerHold      string
+}
+
+// cartRows are the rows of the carts table (none without a cart workload).
+func (r *Report) cartRows() []cartRow {
+	var rows []cartRow
+	for i := range r.Strategies {
+		s := &r.Strategies[i]
+		c := s.Carts
+		if c == nil {
+			continue
+		}
+		row := cartRow{Label: s.Label(), Checkouts: c.Checkouts, SoldPerSec: c.SoldPerSec, P99MS: c.P99MS, SinglesSoldPerSec: c.SinglesSoldPerSec, CartsPerHold: "–"}
+		for _, class := range workload.LockClasses {
+			cell := "–"
+			for _, lw := range c.LockWaits {
+				if lw.Class == class && lw.Answers > 0 {
+					cell = fmt.Sprintf("%s (%s, %d)", fmtMS(lw.MaxMS), fmtMS(lw.MeanMS), lw.Answers)
+				}
+			}
+			row.Waits = append(row.Waits, cell)
+		}
+		if h := c.Coalesced; h != nil && h.Holds > 0 {
+			row.CartsPerHold = fmt.Sprintf("%.2f (%d holds)", h.CartsPerHold, h.Holds)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// cartClassLabels names the lock-wait classes in report order.
+func cartClassLabels() []string {
+	out := make([]string, len(workload.LockClasses))
+	for i, c := range workload.LockClasses {
+		out[i] = lockClassLabel[c]
+	}
+	return out
 }

@@ -1,10 +1,13 @@
 package report
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/verdict"
 	"github.com/stockguard/stockguard/loadtest/config"
@@ -39,9 +42,50 @@ func TestWriteCarts(t *testing.T) {
 	assert.Contains(t, out, "12 confirmed, 8 cancelled, 8 left to expire (4 confirmed late, refused hold_expired)")
 	assert.Contains(t, out, "77 units bought back")
 	assert.Contains(t, out, "hold then confirm: 35ms (hold 10ms, the client's work, confirm 5.0ms) against a direct checkout 25ms: 1.40x")
-	assert.Contains(t, out, "carts with the hot item: lock+guard / guard: sold/s 0.50x (15 against 30)")
+	assert.Contains(t, out, "carts with the hot item, route round-robin: lock+guard / guard: sold/s 0.50x (15 against 30)")
 	assert.Equal(t, 1, strings.Count(out, "carts (-workload"), "one header")
 	assert.Contains(t, out, "v3\n")
 	assert.NotContains(t, out, "v4")
 	assert.Contains(t, out, "... 2 more")
+}
+
+// TestCartLockWaitsAndHolds: each cart row tells the longest lock wait of every class with
+// answers and the coalesced holds' carts per hold; the route comparison pairs the strategies of
+// one route and gives the checkouts' p99 ratio; the HTML report has the carts table.
+func TestCartLockWaitsAndHolds(t *testing.T) {
+	fig := func(sold, p99, wait float64, holds *workload.HoldFigures) *workload.CartFigures {
+		return &workload.CartFigures{Workload: config.WorkloadCart, Checkouts: 100, SoldPerSec: sold, HotCheckouts: 100, HotPerSec: sold,
+			HotSoldPerSec: sold, P99MS: p99, Singles: 25, SinglesSoldPerSec: 12, Coalesced: holds,
+			LockWaits: []workload.LockWait{{Class: workload.ClassSingle, Answers: 25, MaxMS: wait, MeanMS: wait / 2},
+				{Class: workload.ClassHot, Answers: 40, MaxMS: wait + 1, MeanMS: 3}, {Class: workload.ClassHotOther, Answers: 60, MaxMS: wait + 2, MeanMS: 4},
+				{Class: workload.ClassCold}}}
+	}
+	r := &Report{Config: ReportConfig{Routes: []string{config.RouteItem, config.RouteRoundRobin}}, Strategies: []StrategyResult{
+		{Strategy: "guard", Route: config.RouteItem, ShowRoute: true, Carts: fig(100, 50, 0, nil)},
+		{Strategy: "lock+guard", Route: config.RouteItem, ShowRoute: true, Carts: fig(150, 100, 40, &workload.HoldFigures{Holds: 20, CartHolds: 16, Carts: 160, CartsPerHold: 8, CartsPerCartHold: 10})},
+		{Strategy: "guard", Route: config.RouteRoundRobin, ShowRoute: true, Carts: fig(200, 40, 0, nil)},
+		{Strategy: "lock+guard", Route: config.RouteRoundRobin, ShowRoute: true, Carts: fig(100, 120, 90, &workload.HoldFigures{Holds: 50, CartHolds: 50, Carts: 100, CartsPerHold: 2, CartsPerCartHold: 2})},
+	}}
+	for i := range r.Strategies {
+		r.Strategies[i].Verdict = verdict.Safe
+	}
+	var b strings.Builder
+	r.writeCarts(&b)
+	out := b.String()
+	t.Log(out)
+	assert.Contains(t, out, "longest lock wait (Server-Timing; mean, answers): single purchases 40ms (20ms, 25); carts of the hot item only 41ms (3.0ms, 40); carts of the hot item and others 42ms (4.0ms, 60)\n")
+	assert.NotContains(t, out, "cold items only", "a class without answers is left out")
+	assert.Contains(t, out, "single purchases of the hot item among them: 25, 12/s sold")
+	assert.Contains(t, out, "coalesced holds: 20, 16 of them served carts; mean carts per hold 8.00 (per hold that served a cart 10.00")
+	assert.Equal(t, 2, strings.Count(out, "coalesced holds:"), "guard has none")
+	assert.Contains(t, out, "route item: lock+guard / guard: sold/s 1.50x (150 against 100), answered/s 1.50x, p99 2.00x")
+	assert.Contains(t, out, "route round-robin: lock+guard / guard: sold/s 0.50x (100 against 200), answered/s 0.50x, p99 3.00x")
+
+	file := filepath.Join(t.TempDir(), "r.html")
+	require.NoError(t, r.WriteHTML(file))
+	page, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.Contains(t, string(page), "<th>longest lock wait: carts of the hot item and others</th>")
+	assert.Contains(t, string(page), "<td>42ms (4.0ms, 60)</td>")
+	assert.Contains(t, string(page), "<td>8.00 (20 holds)</td>")
 }

@@ -41,9 +41,11 @@ func (r *Report) WriteHTML(path string) error {
 		return err
 	}
 	err = reportTmpl.Execute(f, map[string]any{
-		"R":       r,
-		"ChartJS": template.JS(sourceMapRE.ReplaceAllString(chartJS, "")),
-		"Data":    template.JS(data), // JSON is a JavaScript expression
+		"R":           r,
+		"Carts":       r.cartRows(),
+		"LockClasses": cartClassLabels(),
+		"ChartJS":     template.JS(sourceMapRE.ReplaceAllString(chartJS, "")),
+		"Data":        template.JS(data), // JSON is a JavaScript expression
 	})
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -15,6 +15,7 @@ import (
 	"github.com/stockguard/stockguard/loadtest/fault"
 	"github.com/stockguard/stockguard/loadtest/internal/testkit"
 	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/workload"
 )
 
 // cartRunConfig is the cart workload of the tests: three items, the first one hot, a stock
@@ -142,13 +143,57 @@ func TestCartWorkloadsOnPostgres(t *testing.T) {
 	}
 }
 
+// TestCartsRoutedByItem: the cart workload with single purchases of the hot item, routed by
+// the carts' key and round-robin: SAFE and linearizable both ways; every class of requests
+// reports its lock wait; lock+guard's coalesced holds are read from the instances' /metrics and
+// served carts, guard has none.
+func TestCartsRoutedByItem(t *testing.T) {
+	testkit.NeedStorefront(t)
+	cfg := cartRunConfig(config.WorkloadCart, "guard", "lock+guard")
+	cfg.Routes, cfg.CartSingles, cfg.Hot, cfg.Stock = []string{config.RouteItem, config.RouteRoundRobin}, 0.3, 0.6, 200
+	require.NoError(t, validate(&cfg))
+	rep, err := Run(context.Background(), cfg, testkit.Tlog{T: t})
+	require.NoError(t, err)
+	require.Len(t, rep.Strategies, 4)
+	for _, s := range rep.Strategies {
+		assertCartsSafe(t, s)
+		require.NotNil(t, s.History)
+		assert.Equal(t, checks.Linearizable, s.History.Verdict, "%s: %s", s.Label(), s.History.Reason)
+		c := s.Carts
+		assert.Positive(t, c.Singles, s.Label())
+		answered := map[string]int{}
+		for _, lw := range c.LockWaits {
+			answered[lw.Class] = lw.Answers
+			assert.GreaterOrEqual(t, lw.MaxMS, lw.MeanMS, s.Label())
+		}
+		for _, class := range []string{workload.ClassSingle, workload.ClassHotOther, workload.ClassCold} {
+			assert.Positive(t, answered[class], "%s: %s", s.Label(), class)
+		}
+		if s.Strategy == "guard" {
+			require.NotNil(t, c.Coalesced, "the metrics were read")
+			assert.Zero(t, c.Coalesced.Holds, "guard takes no lock")
+			continue
+		}
+		require.NotNil(t, c.Coalesced, s.Label())
+		assert.Positive(t, c.Coalesced.CartHolds, s.Label())
+		assert.GreaterOrEqual(t, c.Coalesced.CartsPerCartHold, 1.0, s.Label())
+		var longest float64
+		for _, lw := range c.LockWaits {
+			longest = max(longest, lw.MaxMS)
+		}
+		assert.Positive(t, longest, "%s: its buyers waited for the lock", s.Label())
+	}
+	assert.Equal(t, 0, rep.ExitCode)
+}
+
 // TestCartConfig: the cart workloads refuse what does not apply to them.
 func TestCartConfig(t *testing.T) {
 	for _, args := range [][]string{
 		{"-workload", "basket"},
 		{"-workload", "cart", "-strategies", "lock"},
 		{"-workload", "cart", "-rate", "100"},
-		{"-workload", "cart", "-route", "item"},
+		{"-workload", "cart", "-cart-singles", "1.5"},
+		{"-workload", "cart", "-cart-singles", "-0.1"},
 		{"-workload", "holds", "-chaos", "failover"},
 		{"-workload", "holds", "-hold-ttl", "500ms"},
 	} {
@@ -163,4 +208,10 @@ func TestCartConfig(t *testing.T) {
 	c, err = ParseConfig(nil, nil)
 	require.NoError(t, err)
 	assert.Equal(t, config.WorkloadPurchase, c.Workload, "purchase stays the default")
+	assert.InDelta(t, 0.2, c.CartSingles, 1e-9, "-workload cart mixes in single purchases by default")
+	for _, wl := range []string{config.WorkloadCart, config.WorkloadHolds} {
+		c, err = ParseConfig([]string{"-workload", wl, "-route", "item,round-robin"}, nil)
+		require.NoError(t, err, "carts are routed by their key (X-Route-Item)")
+		assert.Equal(t, []string{config.RouteItem, config.RouteRoundRobin}, c.Routes)
+	}
 }

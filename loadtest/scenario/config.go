@@ -66,6 +66,7 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", checks.DefaultCheckTimeout, "bound of the linearizability check of each strategy's history (0: not checked)")
 	fs.StringVar(&c.Workload, "workload", config.WorkloadPurchase, `"purchase" (one item per request), "cart" (checkouts of carts of 1-4 lines, the hot item first with`+"\n"+
 		`probability -hot, repeated lines) or "holds" (holds on such carts confirmed, cancelled or left to expire on -hold-ttl, among direct checkouts)`)
+	fs.Float64Var(&c.CartSingles, "cart-singles", 0.2, "-workload cart: share of single purchases of the hot item among the checkouts, 0..1 (their lock waits are reported apart)")
 	fs.DurationVar(&c.HoldTTL, "hold-ttl", time.Second, "-workload holds: the ttl of every hold (1s..1h)")
 	fs.BoolVar(&c.Spike, "spike", false, "open model: a flash sale, arrivals ramp from 0 to -rate in one second, then hold")
 	fs.Var((*config.ThresholdList)(&c.Thresholds), "threshold", "a bound each strategy's run must meet, else exit 3: p50|p90|p99|max|mean<200ms, errors<1%, rps>500 (repeatable, or comma-separated)")
@@ -213,8 +214,8 @@ func validate(c *config.Config) error {
 		return usageErr("-workload %s runs the closed model of the strategy comparison (no -rate, -perf or -scenario)", c.Workload)
 	case c.CartWorkload() && fault.ModeFor(*c).Name != fault.ChaosNone && fault.ModeFor(*c).Name != fault.ChaosPause:
 		return usageErr("-workload %s runs with no fault or -chaos pause, got -chaos %s", c.Workload, c.Chaos)
-	case c.CartWorkload() && slices.Contains(c.Routes, config.RouteItem):
-		return usageErr("-workload %s: a cart spans several items: -route item does not apply", c.Workload)
+	case c.CartSingles < 0 || c.CartSingles > 1:
+		return usageErr("-cart-singles must be 0..1, got %g", c.CartSingles)
 	case c.Workload == config.WorkloadHolds && (c.HoldTTL < time.Second || c.HoldTTL > time.Hour):
 		return usageErr("-hold-ttl must be 1s..1h, got %s", c.HoldTTL)
 	case c.Chaos == fault.ChaosMix && c.MixGap != 0 && (c.MixGap < 10*time.Millisecond || c.MixGap > time.Minute):

@@ -12,7 +12,9 @@ import (
 
 	"github.com/stockguard/stockguard/internal/browsertest"
 	"github.com/stockguard/stockguard/loadtest/internal/testkit"
+	"github.com/stockguard/stockguard/loadtest/config"
 	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/workload"
 )
 
 // The HTML report fits a phone's width (the wide table scrolls in its own box), and the
@@ -27,6 +29,11 @@ func TestReportOnAPhone(t *testing.T) {
 	for i, ms := range []float64{0.93, 1.5, 3, 7, 15, 40, 90, 250, 700, 1000, 1150} {
 		rep.Strategies[0].Distribution = append(rep.Strategies[0].Distribution, report.LatencyPoint{Percentile: float64(10 * i), MS: ms})
 	}
+	// The carts table of a cart workload (its wide rows scroll in their own box too).
+	rep.Strategies[0].Carts = &workload.CartFigures{Workload: config.WorkloadCart, Checkouts: 12345, SoldPerSec: 1234, P99MS: 123, SinglesSoldPerSec: 321,
+		LockWaits: []workload.LockWait{{Class: workload.ClassSingle, Answers: 4000, MaxMS: 373, MeanMS: 45}, {Class: workload.ClassHot, Answers: 7000, MaxMS: 374, MeanMS: 44},
+			{Class: workload.ClassHotOther, Answers: 9000, MaxMS: 375, MeanMS: 52}, {Class: workload.ClassCold, Answers: 2000, MaxMS: 736, MeanMS: 80}},
+		Coalesced: &workload.HoldFigures{Holds: 348, CartHolds: 348, Carts: 2787, CartsPerHold: 8.01, CartsPerCartHold: 8.01}}
 	file := filepath.Join(t.TempDir(), "r.html")
 	require.NoError(t, rep.WriteHTML(file))
 
@@ -39,6 +46,9 @@ func TestReportOnAPhone(t *testing.T) {
 	width, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.documentElement.scrollWidth`))
 	require.NoError(t, err)
 	assert.LessOrEqual(t, width, 390.0, "the page is no wider than the phone")
+	cells, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('th')].filter((th) => th.textContent.startsWith('longest lock wait')).length`))
+	require.NoError(t, err)
+	assert.Equal(t, 4, cells, "the carts table is there, a lock-wait column per class")
 	gaps, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
 		const y = Chart.getChart('latency').scales.y;
 		const shown = y.getLabelItems().filter((it) => String(it.label) !== '').map((it) => it.options.translation[1]).sort((a, b) => a - b);

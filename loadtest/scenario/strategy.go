@@ -61,7 +61,10 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route, faultLabel 
 	}
 	pr := workload.NewProgress(w, progressLabel, out)
 	var sampler *workload.Sampler
+	var holdsBefore workload.HoldCarts
+	holdsRead := false
 	if cfg.CartWorkload() {
+		holdsBefore, holdsRead = workload.ScrapeHoldCarts(ctx, apis)
 		sampler = workload.StartSampler(ctx, admin)
 	}
 	start := time.Now()
@@ -86,6 +89,9 @@ func (sr strategyRun) strategy(ctx context.Context, strategy, route, faultLabel 
 			return nil, fmt.Errorf("%s: %w", label, err)
 		}
 		replays, unresolved, stats, orders, f, figures = out.Replays, out.Unresolved, out.Stats, out.Orders, out.Findings, out.Figures
+		if after, ok := workload.ScrapeHoldCarts(ctx, apis); ok && holdsRead {
+			figures.SetHolds(holdsBefore, after) // read after the replays: every hold of the run has ended
+		}
 		ps, projected := w.CartPurchases(orders)
 		chaosEv.Settle(start, ps, projected, len(apis), items[0].ID)
 	} else {

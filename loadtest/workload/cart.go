@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/linearize"
 	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/config"
 )
 
 // The cart strategies: the strategies the storefront sells carts with (naive only for
@@ -80,6 +82,10 @@ type cart struct {
 	Merged   []client.CartLine // merged per item, ascending
 	Instance int
 	Hot      bool // the cart has a line of the hot item
+	// Single: not a checkout but a single purchase of the hot item (POST
+	// /api/items/:id/purchase, -cart-singles), judged as a cart of one line: its order is one.
+	Single   bool
+	Class    string // lockClass: which of the report's lock-wait columns its answers count in
 	Attempts []client.CartResult
 	Replays  []client.CartResult
 }
@@ -103,30 +109,44 @@ func (c *cart) settled() bool {
 
 // executeCart sends checkout seq (to instance, and with -retry its copy to the next one, at
 // once for even numbers, after for odd ones, as execute does for a purchase) and records it.
+// With probability -cart-singles (-workload cart) it is a single purchase of the hot item
+// instead. Routed by item (-route item), both copies go to the instance of the cart's routing
+// key, its lowest item (client.RouteItem), as deploy/nginx.conf routes its X-Route-Item.
 func (w *Workload) executeCart(ctx context.Context, rng *rand.Rand, seq, instance int) *cart {
-	c := &cart{Key: fmt.Sprintf("%s-c%d", w.keyBase, seq), Lines: w.nextCart(rng, w.items), Instance: instance}
+	c := &cart{Key: fmt.Sprintf("%s-c%d", w.keyBase, seq)}
+	if w.cfg.Workload == config.WorkloadCart && w.cfg.CartSingles > 0 && rng.Float64() < w.cfg.CartSingles {
+		c.Single = true
+		c.Lines = []client.CartLine{{ItemID: w.items[0].ID, Quantity: 1 + rng.IntN(w.cfg.Quantity)}}
+	} else {
+		c.Lines = w.nextCart(rng, w.items)
+	}
 	c.Merged = mergeCart(c.Lines)
 	c.Hot = hasItem(c.Merged, w.items[0].ID)
+	c.Class = lockClass(c.Merged, w.items[0].ID, c.Single)
+	c.Instance = w.instanceOf(client.RouteItem(c.Lines), instance)
 	retry := w.cfg.Retry > 0 && rng.Float64() < w.cfg.Retry
-	other := (instance + 1) % len(w.apis)
+	other := (c.Instance + 1) % len(w.apis)
+	if w.order != nil {
+		other = c.Instance
+	}
 	switch {
 	case retry && seq%2 == 0:
 		var copyRes client.CartResult
 		done := make(chan struct{})
 		go func() { // owner: executeCart, which waits on done
 			defer close(done)
-			copyRes = w.sendCart(ctx, w.apis[other], c, w.work)
+			copyRes = w.sendCart(ctx, other, c, w.work)
 		}()
-		r := w.sendCart(ctx, w.apis[instance], c, w.work)
+		r := w.sendCart(ctx, c.Instance, c, w.work)
 		<-done
 		c.Attempts = append(c.Attempts, r, copyRes)
 	case retry:
-		c.Attempts = append(c.Attempts, w.sendCart(ctx, w.apis[instance], c, w.work))
+		c.Attempts = append(c.Attempts, w.sendCart(ctx, c.Instance, c, w.work))
 		if ctx.Err() == nil {
-			c.Attempts = append(c.Attempts, w.sendCart(ctx, w.apis[other], c, w.work))
+			c.Attempts = append(c.Attempts, w.sendCart(ctx, other, c, w.work))
 		}
 	default:
-		c.Attempts = append(c.Attempts, w.sendCart(ctx, w.apis[instance], c, w.work))
+		c.Attempts = append(c.Attempts, w.sendCart(ctx, c.Instance, c, w.work))
 	}
 	for _, r := range c.Attempts {
 		w.recordCart(r)
@@ -135,26 +155,57 @@ func (w *Workload) executeCart(ctx context.Context, rng *rand.Rand, seq, instanc
 	return c
 }
 
-// sendCart sends one checkout attempt of c to a and records it in the history, projected on
-// each of its items: a 2xx is a sale of that line's merged quantity on each item (with the
-// line's remaining stock); a 409 that names item X short is a refusal for want of stock on X
-// and no operation on the others; an unknown outcome is unknown on every item; any other
-// refusal promises nothing. A projection of one atomic operation on each item is a necessary
-// condition: every item's history must be linearizable on its own.
-func (w *Workload) sendCart(ctx context.Context, a *client.API, c *cart, work time.Duration) client.CartResult {
+// sendCart sends one checkout attempt of c to instance inst and records it in the history,
+// projected on each of its items: a 2xx is a sale of that line's merged quantity on each item
+// (with the line's remaining stock); a 409 that names item X short is a refusal for want of
+// stock on X and no operation on the others; an unknown outcome is unknown on every item; any
+// other refusal promises nothing. A projection of one atomic operation on each item is a
+// necessary condition: every item's history must be linearizable on its own. Routed by item,
+// a refused connection is sent to the next instance on the routing key's ring, as send does.
+func (w *Workload) sendCart(ctx context.Context, inst int, c *cart, work time.Duration) client.CartResult {
 	var calls []*linearize.Call
 	if w.rec != nil {
 		for _, l := range c.Merged {
 			calls = append(calls, w.rec.Begin(linearize.Purchase{Item: l.ItemID, Quantity: l.Quantity, Key: c.Key}))
 		}
 	}
-	r := a.Checkout(ctx, c.Lines, c.Key, w.strategy, work)
+	r := w.cartAttempt(ctx, w.apis[inst], c, work)
+	if order := w.order[client.RouteItem(c.Lines)]; len(order) > 1 && inst == order[0] && errors.Is(r.Err, syscall.ECONNREFUSED) {
+		first := r.Start
+		r = w.cartAttempt(ctx, w.apis[order[1]], c, work)
+		r.Latency += r.Start.Sub(first)
+		r.Start = first
+	}
 	w.sends.Add(1)
 	for i, l := range c.Merged {
 		if calls == nil {
 			break
 		}
 		calls[i].End(lineOutcome(r, l.ItemID))
+	}
+	return r
+}
+
+// cartAttempt sends c once to a: a checkout, or for a single purchase POST
+// /api/items/:id/purchase, its answer told as a cart's (singleResult).
+func (w *Workload) cartAttempt(ctx context.Context, a *client.API, c *cart, work time.Duration) client.CartResult {
+	if !c.Single {
+		return a.Checkout(ctx, c.Lines, c.Key, w.strategy, work)
+	}
+	l := c.Lines[0]
+	return singleResult(a.Purchase(ctx, client.PurchaseReq{ItemID: l.ItemID, Quantity: l.Quantity, Key: c.Key, Strategy: w.strategy, Work: work}), l)
+}
+
+// singleResult tells the answer p of a single purchase of line l as a checkout's: its receipt
+// an order of that one line, its 409 insufficient_stock naming that line short.
+func singleResult(p client.PurchaseResult, l client.CartLine) client.CartResult {
+	r := client.CartResult{Status: p.Status, Code: p.Code, Start: p.Start, Latency: p.Latency, Err: p.Err, WorkMS: p.WorkMS, LockMS: p.LockMS}
+	if p.Status >= 200 && p.Status < 300 {
+		r.Receipt = client.CartReceipt{OrderID: p.Receipt.OrderID, Strategy: p.Receipt.Strategy, Degraded: p.Receipt.Degraded,
+			Lines: []client.LineReceipt{{ItemID: l.ItemID, Quantity: l.Quantity, Remaining: p.Receipt.Remaining, FenceToken: p.Receipt.FenceToken}}}
+	}
+	if p.Code == "insufficient_stock" {
+		r.Short = []client.ShortLine{{ItemID: l.ItemID, Requested: l.Quantity}}
 	}
 	return r
 }
@@ -205,7 +256,7 @@ func (w *Workload) reconcileCarts(ctx context.Context) (replayed, unresolved int
 		}
 		replayed++
 		for try := 0; try < 3 && ctx.Err() == nil && !c.settled(); try++ {
-			c.Replays = append(c.Replays, w.sendCart(ctx, w.apis[(c.Instance+try)%len(w.apis)], c, 0))
+			c.Replays = append(c.Replays, w.sendCart(ctx, (c.Instance+try)%len(w.apis), c, 0))
 		}
 		if !c.settled() {
 			unresolved++

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -17,9 +18,18 @@ type CartFigures struct {
 	HotCheckouts    int     `json:"hot_checkouts"`     // checkouts with a line of the hot item
 	HotSoldPerSec   float64 `json:"hot_sold_per_s"`    // of them, answered 201 per second
 	HotPerSec       float64 `json:"hot_per_s"`         // of them, answered per second
+	P99MS           float64 `json:"p99_ms"`            // 99th percentile latency of a checkout's answered attempts
 	BySize          []Size  `json:"by_size"`           // sold checkouts by their distinct items
 	PerExtraItemMS  float64 `json:"per_extra_item_ms"` // least-squares slope of a sold checkout's mean latency per distinct item
 	MultiItem       int     `json:"multi_item"`        // checkouts sold and holds placed with several distinct items
+	// -workload cart: the single purchases of the hot item among the checkouts (-cart-singles),
+	// counted in none of the figures above.
+	Singles           int     `json:"singles,omitempty"`
+	SinglesSoldPerSec float64 `json:"singles_sold_per_s,omitempty"`
+	// The servers' lock waits by class (lockwait.go) and the coalesced holds (nil: the
+	// instances' /metrics could not be read).
+	LockWaits []LockWait   `json:"lock_waits"`
+	Coalesced *HoldFigures `json:"coalesced_holds,omitempty"`
 	// -workload holds
 	Holds          int     `json:"holds,omitempty"`           // holds asked for
 	Placed         int     `json:"placed,omitempty"`          // answered 201
@@ -48,12 +58,23 @@ type Size struct {
 // cartFigures measures the run from the client's record.
 func (w *Workload) cartFigures(elapsed time.Duration, lost int) *CartFigures {
 	secs := max(elapsed.Seconds(), 1e-3)
-	f := &CartFigures{Workload: w.cfg.Workload, Checkouts: len(w.cartList), Lost: lost}
+	f := &CartFigures{Workload: w.cfg.Workload, Lost: lost, LockWaits: w.lockWaits()}
 	bySize := map[int][]float64{}
-	var direct []float64
+	var direct, all []float64
 	for _, c := range w.cartList {
+		if c.Single {
+			f.Singles++
+			for _, r := range c.Attempts {
+				f.SinglesSoldPerSec += b2f(r.Status == 201)
+			}
+			continue
+		}
+		f.Checkouts++
 		for _, r := range c.Attempts {
 			answered := r.Status != 0
+			if answered {
+				all = append(all, ms(r.Latency))
+			}
 			sold := r.Status == 201
 			f.CheckoutsPerSec += b2f(answered)
 			f.SoldPerSec += b2f(sold)
@@ -78,6 +99,8 @@ func (w *Workload) cartFigures(elapsed time.Duration, lost int) *CartFigures {
 	f.SoldPerSec /= secs
 	f.HotPerSec /= secs
 	f.HotSoldPerSec /= secs
+	f.SinglesSoldPerSec /= secs
+	f.P99MS = percentile(all, 0.99)
 	var xs, ys []float64
 	for n := 1; n <= MaxCartLines; n++ {
 		ls := bySize[n]
@@ -152,6 +175,17 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// percentile is the q-quantile of xs (nearest rank; 0 for none).
+func percentile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
 }
 
 // slope is the least-squares slope of ys against xs (0 with fewer than two points).

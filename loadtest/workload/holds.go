@@ -56,8 +56,9 @@ func holdStrategy(strategy string) string {
 // executeHold places hold seq on instance and carries out its fate: confirm or cancel after
 // the client's work (the payment, done while the units are held and no lock is), or nothing.
 func (w *Workload) executeHold(ctx context.Context, rng *rand.Rand, seq, instance int) *hold {
-	h := &hold{Lines: w.nextCart(rng, w.holdItems()), Instance: instance}
+	h := &hold{Lines: w.nextCart(rng, w.holdItems())}
 	h.Merged = mergeCart(h.Lines)
+	h.Instance = w.instanceOf(client.RouteItem(h.Lines), instance) // routed by item: its routing key's instance
 	switch f := rng.Float64(); {
 	case f < shareConfirm:
 		h.Fate = fateConfirm
@@ -67,7 +68,7 @@ func (w *Workload) executeHold(ctx context.Context, rng *rand.Rand, seq, instanc
 		h.Fate = fateExpire
 	}
 	h.Late = h.Fate == fateExpire && seq%2 == 0
-	a := w.apis[instance]
+	a := w.apis[h.Instance]
 	h.Place = a.PlaceHold(ctx, h.Lines, w.cfg.HoldTTL, holdStrategy(w.strategy))
 	w.sends.Add(1)
 	w.recordCart(h.Place)
