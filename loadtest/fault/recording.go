@@ -17,7 +17,8 @@ import (
 type Recording struct {
 	hot    int64
 	start  time.Time
-	settle time.Duration // how long Stop waits for the resumed holder's hold to end
+	settle time.Duration   // how long Stop waits for the resumed holder's hold to end
+	ctx    context.Context // the streams'; ends with the load test's too
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	hc     *http.Client
@@ -46,7 +47,7 @@ func (c *Chaos) Record(ctx context.Context, hot int64, start time.Time) *Recordi
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	hc := client.NewStreamClient()
-	r := &Recording{hot: hot, start: start, settle: c.lease + 500*time.Millisecond, cancel: cancel, hc: hc, pids: make([]int, len(c.cluster.Instances)),
+	r := &Recording{hot: hot, start: start, settle: c.lease + 500*time.Millisecond, ctx: rctx, cancel: cancel, hc: hc, pids: make([]int, len(c.cluster.Instances)),
 		hello: make(chan int, len(c.cluster.Instances))}
 	for i, in := range c.cluster.Instances {
 		r.wg.Add(1)
@@ -114,14 +115,14 @@ func (r *Recording) ended(instance int, token int64) bool {
 
 // Stop waits, after a pause of a holder, until the resumed holder's hold has ended (its write,
 // refused or not, comes before), at most the lease and half a second; then ends the streams and
-// returns the lanes of the hot item (nil r: nil).
+// returns the lanes of the hot item (nil r: nil). An interrupted run (ctx ended) waits for nothing.
 func (r *Recording) Stop(ev *Event) *Lanes {
 	if r == nil {
 		return nil
 	}
 	if ev != nil && ev.Paused && ev.Token > 0 {
 		deadline := time.Now().Add(r.settle)
-		for !r.ended(ev.Instance, ev.Token) && time.Now().Before(deadline) {
+		for !r.ended(ev.Instance, ev.Token) && time.Now().Before(deadline) && r.ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
