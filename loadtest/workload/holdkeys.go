@@ -106,29 +106,30 @@ func (w *Workload) holdKeys() []verdict.HoldKey {
 	return out
 }
 
-// probeMargin is how many ids past the lowest and the highest hold id the answers named are
-// asked for, beyond one per placement attempt refused or unanswered: PostgreSQL's sequence
-// skips the ids of rolled-back inserts, SQLite's rowids have no gaps.
+// probeMargin is how many missing ids in a row end the search past the lowest and the highest
+// hold id the answers named, beyond one per placement attempt that named no new hold: SQLite's
+// rowids have no gaps, PostgreSQL's sequence skips the id of every rolled-back insert (a
+// placement that lost the race for its key to another process, then replayed it).
 const probeMargin = 32
 
 // serverHolds finds every hold the servers keep (GET /api/holds/:id, 200 or 404): every id
 // between the lowest and the highest one the answers named, then on each side until margin ids
-// in a row are missing (margin: probeMargin + the placement attempts not answered with a hold,
-// each of which may have taken an id and rolled back). A run starts on a freshly reset
-// catalogue (reset deletes the holds), so every hold found was placed by the run. With no id
-// named, it counts nothing (Complete false).
+// in a row are missing (probeMargin + the placement attempts that named no new hold, each of
+// which may have taken an id and rolled back). A run starts on a freshly reset catalogue (reset
+// deletes the holds), so every hold found was placed by the run. With no id named, it counts
+// nothing (Complete false).
 func (w *Workload) serverHolds(ctx context.Context) (*verdict.ServerHolds, error) {
 	named := map[int64]bool{}
-	margin := probeMargin
+	attempts := 0
 	for _, h := range w.holdList {
 		for _, r := range append(slices.Clone(h.Attempts), h.Replays...) {
+			attempts++
 			if (r.Status == 201 || r.Status == 200) && r.Hold.ID > 0 {
 				named[r.Hold.ID] = true
-			} else {
-				margin++
 			}
 		}
 	}
+	margin := probeMargin + attempts - len(named)
 	if len(named) == 0 {
 		return &verdict.ServerHolds{}, nil
 	}
