@@ -59,6 +59,10 @@ type CartRun struct {
 	Orders       []Order  // GET /api/orders after the run
 	Samples      [][]Item // GET /api/stats sampled during the run
 	Resale       *Resale  // the hold workload's resale of the expired holds' units (nil: none)
+	// HoldKeys are every hold placement (answered or not) with its key; ServerHolds the holds
+	// the servers keep after the run (nil: not counted). See checkHoldKeys.
+	HoldKeys    []HoldKey
+	ServerHolds *ServerHolds
 }
 
 // expiryTolerance is how much later than a hold's expiry a confirmation may have been sent and
@@ -78,13 +82,18 @@ const expiryTolerance = 2 * time.Millisecond
 //     tokens (a stale holder's write was refused);
 //   - no hold was confirmed by a request sent after its expiry, and every hold ends as its
 //     answers say;
-//   - every expired hold's units were sold again (Resale).
+//   - every expired hold's units were sold again (Resale);
+//   - no retry under a hold's key held twice: one hold per key, and the servers keep as many
+//     holds as keys were answered (HoldKeys, ServerHolds).
 func CheckCarts(run CartRun) Findings {
 	f := Findings{ErrorsByCode: map[string]int{}, StatusCounts: map[string]int{}}
 	// The orders every answer accounts for: by key (checkouts) and by hold.
 	want := map[int64]wantOrder{}
 	byKey := f.checkCartAnswers(run, want)
 	f.checkHolds(run.Holds, run.HoldStrategy, want)
+	if run.HoldKeys != nil {
+		f.checkHoldKeys(run.HoldKeys, run.ServerHolds)
+	}
 	f.checkCartOrders(run, want, byKey)
 	f.checkHeld(run.Items, run.Orders, want)
 	for _, sample := range run.Samples {

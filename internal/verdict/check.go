@@ -67,6 +67,9 @@ type Findings struct {
 	ExpiredConfirmed int `json:"expired_confirmed,omitempty"` // holds confirmed by a request sent after their expiry
 	HoldMismatch     int `json:"hold_mismatch,omitempty"`     // holds whose final state disagrees with their answers
 	FenceRegressions int `json:"fence_regressions,omitempty"` // lines written with an older token than an earlier line of the item
+	DoubleHolds      int `json:"double_holds,omitempty"`      // holds a retry under a used key placed again (holdkeys.go)
+	HoldKeys         int `json:"hold_keys,omitempty"`         // hold placements (keys) answered 201 or 200 with their hold
+	ServerHolds      int `json:"server_holds,omitempty"`      // holds the servers keep after the run (0: not counted)
 	StrandedUnits    int `json:"stranded_units,omitempty"`    // units of expired holds that could not be sold again
 	Samples          int `json:"samples,omitempty"`           // GET /api/stats sampled during the run
 	SampledOversold  int `json:"sampled_oversold,omitempty"`  // most units beyond the stock (sold + held − initial) one sample showed
@@ -82,7 +85,7 @@ func (f *Findings) Counts() Counts {
 	return Counts{Sold: f.SoldUnits, Oversold: f.OversoldUnits + f.SampledOversold, LostUpdates: f.LostUpdates + f.SampledLost,
 		Stranded: f.StrandedUnits,
 		Mismatches: f.OrdersWithout201 + f.DuplicateOrders + f.MissingOrders + f.WrongStrategy + f.KeyConflicts + f.StatsMismatch + f.TokenRewrites +
-			f.PartialOrders + f.ExpiredConfirmed + f.HoldMismatch + f.FenceRegressions}
+			f.PartialOrders + f.ExpiredConfirmed + f.HoldMismatch + f.FenceRegressions + f.DoubleHolds}
 }
 
 // Verdict names the most severe broken invariant of f (Safe when none).

@@ -30,7 +30,7 @@ type CartReceipt struct {
 	Degraded bool          `json:"degraded"`
 }
 
-// HoldBody is the body of a 201 hold or of GET /api/holds/:id.
+// HoldBody is the body of a 201 or 200 hold placement or of GET /api/holds/:id.
 type HoldBody struct {
 	ID        int64         `json:"id"`
 	Status    string        `json:"status"`
@@ -158,10 +158,14 @@ func (a *API) Checkout(ctx context.Context, lines []CartLine, key, strategy stri
 	return r
 }
 
-// PlaceHold sends POST /api/holds, with the cart's routing key (RouteItem).
-func (a *API) PlaceHold(ctx context.Context, lines []CartLine, ttl time.Duration, strategy string) CartResult {
+// PlaceHold sends POST /api/holds under key ("": none), with the cart's routing key
+// (RouteItem). A 201 or a 200 (the key's hold, as it stands now) fills Hold.
+func (a *API) PlaceHold(ctx context.Context, lines []CartLine, key string, ttl time.Duration, strategy string) CartResult {
 	h := http.Header{}
 	setRoute(h, lines)
+	if key != "" {
+		h.Set("Idempotency-Key", key)
+	}
 	setDemo(h, strategy, 0)
 	var hb HoldBody
 	r := a.cartCall(ctx, http.MethodPost, "/api/holds", h, map[string]any{"lines": lines, "ttl": ttl.String()}, &hb)

@@ -41,6 +41,8 @@ type Event struct {
 
 	Hang *HangFigures `json:"hang,omitempty"` // -chaos redis-hang and db-hang (hang.go)
 	Mix  *MixSchedule `json:"mix,omitempty"`  // -chaos mix: the faults fired (mix.go)
+	// -chaos pause: the hot item's lock as the instances' event streams told it (lanes.go)
+	Lanes *Lanes `json:"lanes,omitempty"`
 }
 
 // Milestone is one step of a fault, in seconds since the strategy's run began.

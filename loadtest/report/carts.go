@@ -62,8 +62,10 @@ func (r *Report) writeCarts(w io.Writer) {
 				"", ev.LockKey, ev.Token, wrote, s.FenceRegressions)
 		}
 		if c.Workload == config.WorkloadHolds {
-			fmt.Fprintf(w, "  %-12s holds: %d asked, %d placed (%d short, %d without answer): %d confirmed, %d cancelled, %d left to expire (%d confirmed late, refused hold_expired)\n",
-				"", c.Holds, c.Placed, c.Short, c.Lost, c.Confirmed, c.Cancelled, c.Expired, c.LateRefused)
+			fmt.Fprintf(w, "  %-12s holds: %d asked, %d placed (%d short): %d confirmed, %d cancelled, %d left to expire (%d confirmed late, refused hold_expired)\n",
+				"", c.Holds, c.Placed, c.Short, c.Confirmed, c.Cancelled, c.Expired, c.LateRefused)
+			fmt.Fprintf(w, "  %-12s hold keys: %d placements sent twice under their key, %d answers 200 (the key's hold); %d without answer, %d of them answered by their replay; %s\n",
+				"", c.Retried, c.KeyReplays, c.Lost, c.Recovered, serverHolds(s.Findings))
 			fmt.Fprintf(w, "  %-12s once every hold had expired: %d units still counted held (not given back yet), %d units bought back (initial − sold)\n",
 				"", c.HeldAtEnd, c.Resold)
 			if c.HoldThenMS > 0 && c.CheckoutMeanMS > 0 {
@@ -175,4 +177,12 @@ func cartClassLabels() []string {
 		out[i] = lockClassLabel[c]
 	}
 	return out
+}
+
+// serverHolds says whether the servers keep one hold per key answered (no retry held twice).
+func serverHolds(f verdict.Findings) string {
+	if f.ServerHolds == 0 && f.HoldKeys > 0 {
+		return fmt.Sprintf("%d keys answered with their hold, the servers' holds not counted", f.HoldKeys)
+	}
+	return fmt.Sprintf("%d keys answered with their hold, %d holds on the servers, %d held twice", f.HoldKeys, f.ServerHolds, f.DoubleHolds)
 }

@@ -222,6 +222,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.Strategies {
 		if s.Chaos != nil {
 			fmt.Fprintf(w, "chaos %s: %s\n", s.Label(), s.Chaos)
+			if line := laneSummary(s.Chaos); line != "" {
+				fmt.Fprintf(w, "  lanes: %s\n", line)
+			}
 			switch {
 			case s.Route == config.RouteItem && !s.ExpectedSafe && s.Verdict == verdict.Safe:
 				// Said once below, for every strategy that routing by item kept SAFE.

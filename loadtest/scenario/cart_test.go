@@ -40,6 +40,16 @@ func assertCartsSafe(t *testing.T, s report.StrategyResult) {
 	assert.Positive(t, s.Carts.MultiItem, "%s sold (or held) carts of several items", s.Strategy)
 }
 
+// assertOneHoldPerKey checks a hold run's keys: placements sent twice under their key (-retry),
+// no retry held twice, and the servers keep one hold per key answered.
+func assertOneHoldPerKey(t *testing.T, s report.StrategyResult) {
+	t.Helper()
+	assert.Positive(t, s.Carts.Retried, "%s: placements sent twice under their key", s.Strategy)
+	assert.Zero(t, s.DoubleHolds, s.Strategy)
+	assert.Positive(t, s.HoldKeys, s.Strategy)
+	assert.Equal(t, s.HoldKeys, s.ServerHolds, "%s: one hold on the servers per key answered", s.Strategy)
+}
+
 // TestCartWorkload: carts of 1-4 lines over three items, the hot one in most: naive's
 // read-then-write carts break the stock; guard and lock+guard keep every invariant, and the
 // history of every checkout, projected on its items, is linearizable.
@@ -91,6 +101,7 @@ func TestHoldWorkload(t *testing.T) {
 		assert.Positive(t, c.Resold, "%s: the units left once every hold expired are sold", s)
 		assert.Zero(t, r.StrandedUnits, s)
 		assert.Zero(t, r.ExpiredConfirmed, s)
+		assertOneHoldPerKey(t, r)
 		require.NotNil(t, r.History)
 		assert.Equal(t, checks.Linearizable, r.History.Verdict, "%s: the last item, which no hold touches: %s", s, r.History.Reason)
 		assert.Contains(t, r.History.Reason, "left out", s)
@@ -138,6 +149,9 @@ func TestCartWorkloadsOnPostgres(t *testing.T) {
 		assert.NotEqual(t, verdict.Safe, res["naive"].Verdict, wl)
 		for _, s := range []string{"guard", "lock+guard"} {
 			assertCartsSafe(t, res[s])
+			if wl == config.WorkloadHolds {
+				assertOneHoldPerKey(t, res[s])
+			}
 		}
 		assert.Equal(t, 0, rep.ExitCode, wl)
 	}

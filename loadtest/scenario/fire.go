@@ -17,8 +17,10 @@ func fire(ctx context.Context, w *workload.Workload, pr *workload.Progress, ch *
 	if ch != nil && ch.WaitsForRounds() {
 		r.Rounds = make(chan struct{}) // -chaos mix closes it once its rounds fired
 	}
+	var rec *fault.Recording
 	if ch != nil {
-		go func() { // owner: fire, which closes stopChaos and waits on chaosDone
+		rec = ch.Record(ctx, r.HotID, start) // -chaos pause: the hot lock's events, for the report's lanes
+		go func() {                          // owner: fire, which closes stopChaos and waits on chaosDone
 			defer close(chaosDone)
 			ev = ch.Bring(ctx, stopChaos, start, r)
 		}()
@@ -71,6 +73,9 @@ func fire(ctx context.Context, w *workload.Workload, pr *workload.Progress, ch *
 	<-holdDone
 	close(stopChaos)
 	<-chaosDone // a pause in progress ends (the instance is resumed) before anything is checked
+	if lanes := rec.Stop(ev); lanes != nil && ev != nil {
+		ev.Lanes = lanes
+	}
 	pr.Finish()
 	return elapsed, ev
 }

@@ -89,23 +89,28 @@ type CartOutcome struct {
 	Figures             *CartFigures
 }
 
-// FinishCarts settles a cart workload's run: it replays the checkouts (and confirmations,
-// cancellations) of unknown outcome; under -workload holds waits until every hold has expired
-// and confirms half of those left to expire (each must be refused); reads the items and the
-// orders; under -workload holds buys back what every item should have left (the expired
+// FinishCarts settles a cart workload's run: it replays the checkouts (and hold placements,
+// confirmations, cancellations) of unknown outcome under their keys; under -workload holds
+// waits until every hold has expired, confirms half of those left to expire (each must be
+// refused) and counts the holds the servers keep (one per key: no retry held twice); reads
+// the items and the orders; under -workload holds buys back what every item should have left (the expired
 // holds' units must be sellable); and checks every invariant (verdict.CheckCarts).
 func (w *Workload) FinishCarts(ctx context.Context, admin *client.API, strategy string, samples [][]client.ItemStats, elapsed time.Duration) (*CartOutcome, error) {
 	out := &CartOutcome{}
 	out.Replays, out.Unresolved = w.reconcileCarts(ctx)
 	var lost int
+	var server *verdict.ServerHolds
+	var err error
 	if w.cfg.Workload == config.WorkloadHolds {
 		r, u, l := w.reconcileHolds(ctx)
 		out.Replays, out.Unresolved, lost = out.Replays+r, out.Unresolved+u, l
 		if err := w.expireHolds(ctx); err != nil {
 			return nil, err
 		}
+		if server, err = w.serverHolds(ctx); err != nil {
+			return nil, err
+		}
 	}
-	var err error
 	resold := 0
 	if out.Stats, err = admin.Stats(ctx); err != nil {
 		return nil, fmt.Errorf("GET /api/stats: %w", err)
@@ -132,6 +137,7 @@ func (w *Workload) FinishCarts(ctx context.Context, admin *client.API, strategy 
 		run.Samples = append(run.Samples, checks.ItemsOf(s))
 	}
 	if w.cfg.Workload == config.WorkloadHolds {
+		run.HoldKeys, run.ServerHolds = w.holdKeys(), server
 		resaleStrategy := ""
 		if strategy != "" {
 			resaleStrategy = "guard"

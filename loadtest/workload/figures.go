@@ -32,9 +32,12 @@ type CartFigures struct {
 	Coalesced *HoldFigures `json:"coalesced_holds,omitempty"`
 	// -workload holds
 	Holds          int     `json:"holds,omitempty"`           // holds asked for
-	Placed         int     `json:"placed,omitempty"`          // answered 201
+	Placed         int     `json:"placed,omitempty"`          // answered 201, or 200 (the key's hold replayed)
 	Short          int     `json:"short,omitempty"`           // refused for want of stock
-	Lost           int     `json:"lost,omitempty"`            // placements without answer (they expire by themselves)
+	Retried        int     `json:"retried,omitempty"`         // placements sent twice under their key (-retry)
+	KeyReplays     int     `json:"key_replays,omitempty"`     // placement answers 200: the key's hold, set aside once
+	Lost           int     `json:"lost,omitempty"`            // placements no attempt got an answer (or a 5xx) for, replayed under their key after the run
+	Recovered      int     `json:"recovered,omitempty"`       // of them, answered by the replay (200: the lost attempt had placed it; 201: none had)
 	Confirmed      int     `json:"confirmed,omitempty"`       // confirmed (201) in time
 	Cancelled      int     `json:"cancelled,omitempty"`       // cancelled (204)
 	Expired        int     `json:"expired,omitempty"`         // left to expire
@@ -119,6 +122,17 @@ func (w *Workload) cartFigures(elapsed time.Duration, lost int) *CartFigures {
 	var place, confirm, both []float64
 	for _, h := range w.holdList {
 		f.Holds++
+		if len(h.Attempts) > 1 {
+			f.Retried++
+		}
+		for _, r := range append(slices.Clone(h.Attempts), h.Replays...) {
+			if r.Status == 200 {
+				f.KeyReplays++
+			}
+		}
+		if len(h.Replays) > 0 && !unknownPlacement(append(slices.Clone(h.Attempts), h.Replays...)) {
+			f.Recovered++
+		}
 		switch {
 		case h.placed():
 			f.Placed++

@@ -22,13 +22,16 @@ const (
 	shareCancel  = 0.3
 )
 
-// hold is one hold of the hold workload: its cart, its placement, and what followed.
+// hold is one hold of the hold workload: its key, its cart, its placement, and what followed.
 type hold struct {
+	Key      string // the Idempotency-Key of its placement (the orders' key space: "<base>-h<seq>")
 	Lines    []client.CartLine
 	Merged   []client.CartLine
 	Instance int
 	Fate     string
-	Place    client.CartResult   // POST /api/holds
+	Attempts []client.CartResult // POST /api/holds under Key: once, or twice with -retry (the copy to the next instance)
+	Replays  []client.CartResult // POST /api/holds under Key after the run, when no attempt got an answer
+	Place    client.CartResult   // the answer that decides: the first 201 or 200 (its hold), else the first attempt's
 	Confirms []client.CartResult // POST /api/holds/:id/confirm (the late one after the run included)
 	Cancels  []client.CartResult // DELETE /api/holds/:id
 	Late     bool                // left to expire, then confirmed after its expiry on purpose (must be refused)
@@ -36,8 +39,11 @@ type hold struct {
 	Paid     time.Duration
 }
 
-// placed reports whether the hold was answered 201 (it exists, with an id).
-func (h *hold) placed() bool { return h.Place.Status == 201 && h.Place.Hold.ID > 0 }
+// placed reports whether the hold was answered 201, or 200 (the key's hold replayed): it
+// exists, with an id.
+func (h *hold) placed() bool {
+	return (h.Place.Status == 201 || h.Place.Status == 200) && h.Place.Hold.ID > 0
+}
 
 // holdStrategy is the strategy that places the holds of a run of strategy: the strategy
 // itself, or guard for one that places no holds (naive: its checkouts then race the holds).
@@ -53,10 +59,11 @@ func holdStrategy(strategy string) string {
 	return "guard"
 }
 
-// executeHold places hold seq on instance and carries out its fate: confirm or cancel after
-// the client's work (the payment, done while the units are held and no lock is), or nothing.
+// executeHold places hold seq on instance under its key (with -retry twice: placeHold) and
+// carries out its fate: confirm or cancel after the client's work (the payment, done while the
+// units are held and no lock is), or nothing.
 func (w *Workload) executeHold(ctx context.Context, rng *rand.Rand, seq, instance int) *hold {
-	h := &hold{Lines: w.nextCart(rng, w.holdItems())}
+	h := &hold{Key: fmt.Sprintf("%s-h%d", w.keyBase, seq), Lines: w.nextCart(rng, w.holdItems())}
 	h.Merged = mergeCart(h.Lines)
 	h.Instance = w.instanceOf(client.RouteItem(h.Lines), instance) // routed by item: its routing key's instance
 	switch f := rng.Float64(); {
@@ -69,9 +76,7 @@ func (w *Workload) executeHold(ctx context.Context, rng *rand.Rand, seq, instanc
 	}
 	h.Late = h.Fate == fateExpire && seq%2 == 0
 	a := w.apis[h.Instance]
-	h.Place = a.PlaceHold(ctx, h.Lines, w.cfg.HoldTTL, holdStrategy(w.strategy))
-	w.sends.Add(1)
-	w.recordCart(h.Place)
+	w.placeHold(ctx, h, seq, w.cfg.Retry > 0 && rng.Float64() < w.cfg.Retry)
 	defer w.done.Add(1)
 	if !h.placed() || h.Fate == fateExpire {
 		return h
@@ -125,13 +130,18 @@ func unknown(rs []client.CartResult) bool {
 	return len(rs) > 0 && (rs[len(rs)-1].Status == 0 || rs[len(rs)-1].Status >= 500)
 }
 
-// reconcileHolds sends again every confirmation or cancellation whose outcome is unknown
-// (both are idempotent), up to 3 times each. A placement without answer cannot be asked
-// again (a hold takes no key): it is counted, and expires by itself.
+// reconcileHolds places again, under its key, every hold whose placement got no answer (or a
+// 5xx) from any attempt (replayPlacement), and sends again every confirmation or cancellation
+// whose outcome is unknown (both are idempotent), up to 3 times each. lost counts the
+// placements no attempt got an answer for.
 func (w *Workload) reconcileHolds(ctx context.Context) (replayed, unresolved, lost int) {
 	for _, h := range w.holdList {
-		if h.Place.Status == 0 || h.Place.Status >= 500 {
+		if unknownPlacement(h.Attempts) {
 			lost++
+			replayed++
+			if !w.replayPlacement(ctx, h) {
+				unresolved++
+			}
 			continue
 		}
 		if !h.placed() {
