@@ -34,10 +34,13 @@ func (w *Workload) cartStep(ctx context.Context, rng *rand.Rand, n, instance int
 // sampleEvery is how often a cart workload samples GET /api/stats during the run.
 const sampleEvery = 100 * time.Millisecond
 
-// Sampler reads GET /api/stats every sampleEvery until stopped: each answer is one
-// consistent snapshot of every item (one statement), in which sold + held ≤ initial and
-// initial − stock = sold + held must hold at every instant, not only at the end.
+// Sampler reads GET /api/stats at its start, every sampleEvery, and once more when stopped
+// (so that a run shorter than sampleEvery is sampled too): each answer is one consistent
+// snapshot of every item (one statement), in which sold + held ≤ initial and initial − stock =
+// sold + held must hold at every instant, not only at the end.
 type Sampler struct {
+	ctx     context.Context
+	api     *client.API
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
@@ -46,12 +49,13 @@ type Sampler struct {
 
 // StartSampler starts sampling a's stats; Stop stops it and returns the samples.
 func StartSampler(ctx context.Context, a *client.API) *Sampler {
-	s := &Sampler{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() { // owner: the strategy's run, which calls stopSampling
+	s := &Sampler{ctx: ctx, api: a, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() { // owner: the strategy's run, which calls Stop
 		defer close(s.done)
 		t := time.NewTicker(sampleEvery)
 		defer t.Stop()
 		for {
+			s.sample()
 			select {
 			case <-s.stop:
 				return
@@ -59,22 +63,29 @@ func StartSampler(ctx context.Context, a *client.API) *Sampler {
 				return
 			case <-t.C:
 			}
-			cctx, cancel := context.WithTimeout(ctx, time.Second) // an instance paused (-chaos pause) answers late: skip it
-			st, err := a.Stats(cctx)
-			cancel()
-			if err == nil {
-				s.mu.Lock()
-				s.samples = append(s.samples, st)
-				s.mu.Unlock()
-			}
 		}
 	}()
 	return s
 }
 
+// sample reads the stats once; an instance paused (-chaos pause) answers late: skipped.
+func (s *Sampler) sample() {
+	ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+	defer cancel()
+	if st, err := s.api.Stats(ctx); err == nil {
+		s.mu.Lock()
+		s.samples = append(s.samples, st)
+		s.mu.Unlock()
+	}
+}
+
+// Stop stops the sampling, takes a last sample and returns them all.
 func (s *Sampler) Stop() [][]client.ItemStats {
 	close(s.stop)
 	<-s.done
+	if s.ctx.Err() == nil {
+		s.sample()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.samples
