@@ -28,6 +28,8 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"base":  filepath.Base,
 	// mixStrip draws a -chaos mix run's faults (timeline.go).
 	"mixStrip": mixStrip,
+	// soakPlots draws the -soak series (soak.go).
+	"soakPlots": soakPlots,
 }).Parse(reportHTML))
 
 // WriteHTML writes r as a self-contained HTML page with its charts.
