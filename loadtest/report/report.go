@@ -188,9 +188,6 @@ func (r *Report) WriteJSON(path string) error {
 func (r *Report) WriteTable(w io.Writer) {
 	c := r.Config
 	unit := "purchases"
-	if strings.Contains(c.Workload, ",") {
-		unit = "operations of each workload (" + c.Workload + ")"
-	}
 	switch c.Workload {
 	case config.WorkloadCart:
 		unit = "checkouts"
@@ -200,6 +197,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	bound := fmt.Sprintf("%d %s", c.Requests, unit)
 	if c.Requests == 0 {
 		bound = fmt.Sprintf("%gs", c.DurationS)
+	}
+	if strings.Contains(c.Workload, ",") {
+		bound = fmt.Sprintf("%s of each workload (%s)", bound, c.Workload)
 	}
 	model := fmt.Sprintf("%d clients", c.Concurrency)
 	if c.Rate > 0 {
