@@ -39,15 +39,15 @@ func TestSoakConfig(t *testing.T) {
 		assert.NoError(t, err, "-chaos mix takes -workload %s", wl)
 	}
 	for args, want := range map[string]string{
-		"-soak":                               "-soak runs under -chaos mix (the fault schedule is what it soaks the storefronts in)",
-		"-soak -chaos pause":                  "-soak runs under -chaos mix (the fault schedule is what it soaks the storefronts in)",
-		"-chaos mix -soak-every 1s":           "-soak-every applies to -soak",
-		"-chaos mix -soak -soak-every 10ms":   "-soak-every must be 200ms..1m, got 10ms",
-		"-chaos mix -soak -soak-warmup 0s":    "-soak-warmup must be 1s..10m, got 0s",
-		"-workload purchase,cart":             "-workload: a list of workloads (purchase,cart) runs under -chaos mix only",
-		"-chaos mix -workload cart,cart":      "-workload cart given twice",
-		"-chaos mix -workload purchase,crate": `-workload must be "purchase", "cart" or "holds", got "crate"`,
-		"-chaos mix -workload ,":              "-workload is empty",
+		"-soak":                                               "-soak runs under -chaos mix (the fault schedule is what it soaks the storefronts in)",
+		"-soak -chaos pause":                                  "-soak runs under -chaos mix (the fault schedule is what it soaks the storefronts in)",
+		"-chaos mix -soak-every 1s":                           "-soak-every applies to -soak",
+		"-chaos mix -soak -soak-every 10ms":                   "-soak-every must be 200ms..1m, got 10ms",
+		"-chaos mix -soak -soak-warmup 0s":                    "-soak-warmup must be 1s..10m, got 0s",
+		"-workload purchase,cart":                             "-workload: a list of workloads (purchase,cart) runs under -chaos mix only",
+		"-chaos mix -workload cart,cart":                      "-workload cart given twice",
+		"-chaos mix -workload purchase,crate":                 `-workload must be "purchase", "cart" or "holds", got "crate"`,
+		"-chaos mix -workload ,":                              "-workload is empty",
 		"-chaos mix -workload purchase,cart -strategies lock": `-workload cart: strategy "lock" sells no carts (the cart strategies: naive, guard, lock+guard)`,
 	} {
 		_, err := ParseConfig(strings.Fields(args), io.Discard)
