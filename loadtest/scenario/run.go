@@ -185,6 +185,9 @@ func RunTargets(ctx context.Context, cfg config.Config, urls []string, token str
 	total := len(strategies) * len(cfg.Routes) * len(workloads)
 	for _, route := range cfg.Routes {
 		for _, strategy := range strategies {
+			if sk != nil && len(strategies) > 1 {
+				sk.rec.SetPhase(strategy) // each strategy's load its own series (soak.Recorder.SetPhase)
+			}
 			for _, wl := range workloads {
 				run.cfg.Workload = wl
 				if run.cfg.CartWorkload() && len(cfg.Strategies) == 0 && len(workload.CartOnly([]string{strategy})) == 0 {
