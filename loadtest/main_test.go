@@ -16,6 +16,9 @@ func TestMainExitCodes(t *testing.T) {
 	var out, errb bytes.Buffer
 	assert.Equal(t, 2, Main(context.Background(), []string{"-quantity", "0"}, &out, &errb))
 	assert.Equal(t, "loadtest: -quantity must be 1..1000, got 0\n", errb.String())
+	errb.Reset()
+	assert.Equal(t, 2, Main(context.Background(), []string{"-soak"}, &out, &errb), "-soak without -chaos mix is a usage error")
+	assert.Contains(t, errb.String(), "-soak runs under -chaos mix")
 
 	errb.Reset()
 	assert.Equal(t, 2, Main(context.Background(), []string{"-target", "http://127.0.0.1:1", "-admin-token", "x"}, &out, &errb))

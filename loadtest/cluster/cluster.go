@@ -251,6 +251,14 @@ func (c *Cluster) URLs() []string {
 	return urls
 }
 
+// Instance returns instance i as it runs now: RestartInstance replaces it, and a reader on
+// another goroutine than the fault's (the soak's sampler) must read it here, under the lock.
+func (c *Cluster) Instance(i int) *Instance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Instances[i]
+}
+
 // StartInstance starts one more storefront process like the others (not in Instances) and
 // waits until it is ready; Close stops it too.
 func (c *Cluster) StartInstance(ctx context.Context) (*Instance, error) {

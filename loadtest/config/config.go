@@ -40,8 +40,11 @@ type Config struct {
 	Reads        float64       // share of operations that read an item's stock, 0..0.9
 	CheckTimeout time.Duration // bound of the linearizability check of one strategy's history; 0: not checked
 	// The workload (workload/cart.go, workload/holds.go): WorkloadPurchase, WorkloadCart or WorkloadHolds.
-	Workload string
-	HoldTTL  time.Duration // -workload holds: the ttl of every hold
+	// Workload is the one being run; Workloads are those of -workload, run in turn (several only
+	// under -chaos mix: each strategy runs each of them for Duration).
+	Workload  string
+	Workloads []string
+	HoldTTL   time.Duration // -workload holds: the ttl of every hold
 	// -workload cart: the share of its operations that are single purchases of the hot item
 	// (POST /api/items/:id/purchase) among the checkouts, 0..1
 	CartSingles float64
@@ -59,6 +62,12 @@ type Config struct {
 	MixRounds int           // -chaos mix: > 0 extends each strategy's run past Duration until that many full rounds of faults fired
 
 	LockReplicas int // -chaos failover: --lock-replicas of the instances (replicas that acknowledge each lock)
+
+	// -soak (loadtest/soak): sample every storefront and the Redis during the whole run, judge
+	// each series for a leak at the end.
+	Soak       bool
+	SoakEvery  time.Duration // between two samples
+	SoakWarmup time.Duration // left out of each series' fit
 }
 
 // Routes of the purchases to the instances (-route).
@@ -79,6 +88,29 @@ const MaxPurchases = 2_000_000
 // CartWorkload reports whether the run checks out carts (-workload cart or holds).
 func (c *Config) CartWorkload() bool {
 	return c.Workload == WorkloadCart || c.Workload == WorkloadHolds
+}
+
+// AnyCartWorkload reports whether one of the workloads of -workload checks out carts.
+func (c *Config) AnyCartWorkload() bool {
+	for _, w := range c.Workloads {
+		if w == WorkloadCart || w == WorkloadHolds {
+			return true
+		}
+	}
+	return c.CartWorkload()
+}
+
+// HasWorkload reports whether -workload names w (or, with no list, whether Workload is w).
+func (c *Config) HasWorkload(w string) bool {
+	if len(c.Workloads) == 0 {
+		return c.Workload == w
+	}
+	for _, x := range c.Workloads {
+		if x == w {
+			return true
+		}
+	}
+	return false
 }
 
 // The workloads (-workload).

@@ -30,6 +30,8 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"mixStrip": mixStrip,
 	// laneStrip draws a -chaos pause run's hot item lock, per instance (lanes.go).
 	"laneStrip": laneStrip,
+	// soakPlots draws the -soak series (soak.go).
+	"soakPlots": soakPlots,
 }).Parse(reportHTML))
 
 // WriteHTML writes r as a self-contained HTML page with its charts.

@@ -19,6 +19,7 @@ import (
 	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/config"
 	"github.com/stockguard/stockguard/loadtest/fault"
+	"github.com/stockguard/stockguard/loadtest/soak"
 	"github.com/stockguard/stockguard/loadtest/workload"
 )
 
@@ -38,7 +39,15 @@ type Report struct {
 	ExitCode   int              `json:"exit_code"` // 1 when Failed is not empty
 	// -threshold (thresholds.go); ExitCode is 3 when one was missed and Failed is empty.
 	Thresholds []ThresholdResult `json:"thresholds,omitempty"`
+	// -soak (loadtest/soak): every series sampled over the whole run and its fit; Leaked names
+	// the series judged LEAK, and ExitCode is ExitLeak when one was and Failed is empty.
+	Soak   *soak.Result `json:"soak,omitempty"`
+	Leaked []string     `json:"leaked,omitempty"`
 }
+
+// ExitLeak is the exit status of a -soak run whose strategies kept every invariant but one of
+// whose series grew past its bound (a LEAK). It wins over a missed -threshold (ExitThreshold).
+const ExitLeak = 4
 
 // Machine describes where the load test ran.
 type Machine struct {
@@ -97,7 +106,8 @@ type LatencyPoint struct {
 // StrategyResult is one strategy's row of the report.
 type StrategyResult struct {
 	Strategy     string             `json:"strategy"`
-	Route        string             `json:"route"` // RouteRoundRobin or RouteItem
+	Route        string             `json:"route"`              // RouteRoundRobin or RouteItem
+	Workload     string             `json:"workload,omitempty"` // the run's workload (config.WorkloadPurchase, ...)
 	Instances    int                `json:"instances"`
 	Requests     int                `json:"requests"`   // purchases (idempotency keys)
 	Sends        int                `json:"sends"`      // HTTP purchase requests, -retry copies included, replays not
@@ -123,15 +133,19 @@ type StrategyResult struct {
 	InFlight []workload.InFlightPoint `json:"in_flight,omitempty"`
 	Carts    *workload.CartFigures    `json:"carts,omitempty"` // -workload cart and holds: the figures of the carts (workload/figures.go)
 	verdict.Findings
-	ShowRoute bool `json:"-"` // the run compares routes: the label names this row's
+	ShowRoute    bool `json:"-"` // the run compares routes: the label names this row's
+	ShowWorkload bool `json:"-"` // the run has several workloads: the label names this row's
 }
 
 // Label names the row: the strategy, its fault (-chaos latency) and, when the run compares
-// routes, its route.
+// routes or workloads, its route and its workload.
 func (s StrategyResult) Label() string {
 	l := s.Strategy + s.Fault
 	if s.ShowRoute {
 		l += RouteSuffix(s.Route)
+	}
+	if s.ShowWorkload {
+		l += " [" + s.Workload + "]"
 	}
 	return l
 }
@@ -183,6 +197,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	bound := fmt.Sprintf("%d %s", c.Requests, unit)
 	if c.Requests == 0 {
 		bound = fmt.Sprintf("%gs", c.DurationS)
+	}
+	if strings.Contains(c.Workload, ",") {
+		bound = fmt.Sprintf("%s of each workload (%s)", bound, c.Workload)
 	}
 	model := fmt.Sprintf("%d clients", c.Concurrency)
 	if c.Rate > 0 {
@@ -252,6 +269,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	r.writeHistory(w)
 	r.writeThresholds(w)
+	r.writeSoak(w)
 	for _, s := range r.Strategies {
 		if s.Failed {
 			for _, v := range s.Violations {

@@ -32,7 +32,7 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
 	fs.Usage = func() {}     // -h is handled below; a bad flag gets one line, not the whole list
-	var targets, strategies, routes string
+	var targets, strategies, routes, workloads string
 	fs.IntVar(&c.Instances, "instances", 3, "self-contained mode: storefront processes to start")
 	fs.StringVar(&targets, "target", "", "comma-separated base URLs of running storefronts (loopback only) instead of starting them")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin token of the -target servers (needed to reset their catalogue)")
@@ -64,8 +64,9 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 		`on one instance, picked by nginx's consistent hash of the item id (deploy/nginx.conf); "item,round-robin" runs each strategy both ways`)
 	fs.Float64Var(&c.Reads, "reads", 0.1, "share of operations that read an item's stock (GET /api/items/:id) between the purchases, for the checked history, 0..0.9")
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", checks.DefaultCheckTimeout, "bound of the linearizability check of each strategy's history (0: not checked)")
-	fs.StringVar(&c.Workload, "workload", config.WorkloadPurchase, `"purchase" (one item per request), "cart" (checkouts of carts of 1-4 lines, the hot item first with`+"\n"+
-		`probability -hot, repeated lines) or "holds" (holds on such carts confirmed, cancelled or left to expire on -hold-ttl, among direct checkouts)`)
+	fs.StringVar(&workloads, "workload", config.WorkloadPurchase, `"purchase" (one item per request), "cart" (checkouts of carts of 1-4 lines, the hot item first with`+"\n"+
+		`probability -hot, repeated lines) or "holds" (holds on such carts confirmed, cancelled or left to expire on -hold-ttl, among direct checkouts);`+"\n"+
+		`with -chaos mix a comma-separated list ("purchase,cart,holds"): each strategy runs each workload for -duration in turn`)
 	fs.Float64Var(&c.CartSingles, "cart-singles", 0.2, "-workload cart: share of single purchases of the hot item among the checkouts, 0..1 (their lock waits are reported apart)")
 	fs.DurationVar(&c.HoldTTL, "hold-ttl", time.Second, "-workload holds: the ttl of every hold (1s..1h)")
 	fs.BoolVar(&c.Spike, "spike", false, "open model: a flash sale, arrivals ramp from 0 to -rate in one second, then hold")
@@ -74,6 +75,10 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 	fs.StringVar(&c.OnRedisDown, "on-redis-down", "guard", `-chaos redis-hang: --on-redis-down of the instances, "guard" or "fail"`)
 	fs.DurationVar(&c.StreamHold, "stream-hold", 0, "self-contained mode: --stream-hold of the instances, how long one hold of lock+guard keeps admitting\n"+
 		"the buyers who arrive while it works (0: the storefront's default, none); pair it with -route item")
+	fs.BoolVar(&c.Soak, "soak", false, "with -chaos mix: sample every storefront (goroutines, heap, RSS, open fds, database connections in use, overdue holds) and the Redis\n"+
+		"(clients, keys, pub/sub channels) every -soak-every over the whole run, fit each series after -soak-warmup; one growing past its bound is a LEAK (exit 4)")
+	fs.DurationVar(&c.SoakEvery, "soak-every", 2*time.Second, "-soak: between two samples (200ms..1m)")
+	fs.DurationVar(&c.SoakWarmup, "soak-warmup", 20*time.Second, "-soak: the start of each series left out of its fit (1s..10m)")
 	fs.IntVar(&c.LockReplicas, "lock-replicas", 0, "-chaos failover: --lock-replicas of the instances; 1 makes each lock wait for the replica's acknowledgement, so the promoted replica has it (lock is then expected SAFE)")
 	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
 	fs.DurationVar(&c.MixGap, "mix-gap", fault.DefaultMixGap, "-chaos mix: the pause before each fault is drawn between this and twice it")
@@ -127,6 +132,16 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 		return c, usageErr("-strategies is empty")
 	}
 	c.Routes = splitList(routes)
+	c.Workloads = splitList(workloads)
+	if len(c.Workloads) == 0 {
+		return c, usageErr("-workload is empty")
+	}
+	c.Workload = c.Workloads[0]
+	for _, f := range []string{"soak-every", "soak-warmup"} {
+		if set[f] && !c.Soak {
+			return c, usageErr("-%s applies to -soak", f)
+		}
+	}
 	if c.Perf && set["route"] {
 		return c, usageErr("-route does not apply to -perf")
 	}
@@ -208,16 +223,6 @@ func validate(c *config.Config) error {
 		return usageErr("-chaos db-hang needs -db postgres (it stops the private PostgreSQL server the load test starts; SQLite runs inside the storefronts and cannot hang alone)")
 	case c.Chaos == fault.ChaosDBHang && (c.MaxPurchases < 1 || c.MaxPurchases > 100000):
 		return usageErr("-max-purchases must be 1..100000, got %d", c.MaxPurchases)
-	case c.Workload != "" && c.Workload != config.WorkloadPurchase && c.Workload != config.WorkloadCart && c.Workload != config.WorkloadHolds:
-		return usageErr(`-workload must be %q, %q or %q, got %q`, config.WorkloadPurchase, config.WorkloadCart, config.WorkloadHolds, c.Workload)
-	case c.CartWorkload() && (c.Rate > 0 || c.Perf || c.Scenario != ""):
-		return usageErr("-workload %s runs the closed model of the strategy comparison (no -rate, -perf or -scenario)", c.Workload)
-	case c.CartWorkload() && fault.ModeFor(*c).Name != fault.ChaosNone && fault.ModeFor(*c).Name != fault.ChaosPause:
-		return usageErr("-workload %s runs with no fault or -chaos pause, got -chaos %s", c.Workload, c.Chaos)
-	case c.CartSingles < 0 || c.CartSingles > 1:
-		return usageErr("-cart-singles must be 0..1, got %g", c.CartSingles)
-	case c.Workload == config.WorkloadHolds && (c.HoldTTL < time.Second || c.HoldTTL > time.Hour):
-		return usageErr("-hold-ttl must be 1s..1h, got %s", c.HoldTTL)
 	case c.Chaos == fault.ChaosMix && c.MixGap != 0 && (c.MixGap < 10*time.Millisecond || c.MixGap > time.Minute):
 		return usageErr("-mix-gap must be 10ms..1m, got %s", c.MixGap)
 	case c.MixRounds < 0 || c.MixRounds > 100:
@@ -234,13 +239,11 @@ func validate(c *config.Config) error {
 		return usageErr("-scenario pitfalls starts its own processes and Redis (no -target, no -chaos)")
 	}
 	c.Chaos = fault.ModeFor(*c).Name // "none" is ""
-	if c.Workload == "" {
-		c.Workload = config.WorkloadPurchase
+	if err := validateWorkloads(c); err != nil {
+		return err
 	}
-	if c.CartWorkload() {
-		if err := checkCartStrategies(c.Workload, c.Strategies); err != nil {
-			return err
-		}
+	if err := validateSoak(c); err != nil {
+		return err
 	}
 	if len(c.Routes) == 0 {
 		c.Routes = []string{config.RouteRoundRobin}

@@ -23,8 +23,29 @@ import (
 	"github.com/stockguard/stockguard/loadtest/fault"
 	"github.com/stockguard/stockguard/loadtest/internal/testkit"
 	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/soak"
 	"github.com/stockguard/stockguard/loadtest/workload"
 )
+
+// phoneSoak is a soak of two metrics whose series have the long names of a run with restarts
+// and strategies, the second of them a LEAK.
+func phoneSoak() *soak.Result {
+	res := &soak.Result{Every: 2, Warmup: 20, Series: map[string]map[string][]soak.Point{}, Bounds: map[string]string{}}
+	for _, m := range []soak.Metric{soak.Goroutines, soak.RedisClients} {
+		res.Metrics = append(res.Metrics, m)
+		res.Bounds[m.Name] = m.Why
+		res.Series[m.Name] = map[string][]soak.Point{}
+		for k, name := range []string{"i0r12@1795751168 [lock+guard]", "i1@1795750445 [lock+guard]", "redis [lock+guard]"} {
+			var pts []soak.Point
+			for i := range 60 {
+				pts = append(pts, soak.Point{At: float64(2 * i), Value: 40 + float64(k*i)})
+			}
+			res.Series[m.Name][name] = pts
+			res.Fits = append(res.Fits, soak.Judge(m, name, pts, 20*time.Second))
+		}
+	}
+	return res
+}
 
 // The HTML report fits a phone's width (the wide table scrolls in its own box), and the
 // labels of the log-scale latency axis do not overlap.
@@ -43,6 +64,7 @@ func TestReportOnAPhone(t *testing.T) {
 		LockWaits: []workload.LockWait{{Class: workload.ClassSingle, Answers: 4000, MaxMS: 373, MeanMS: 45}, {Class: workload.ClassHot, Answers: 7000, MaxMS: 374, MeanMS: 44},
 			{Class: workload.ClassHotOther, Answers: 9000, MaxMS: 375, MeanMS: 52}, {Class: workload.ClassCold, Answers: 2000, MaxMS: 736, MeanMS: 80}},
 		Coalesced: &workload.HoldFigures{Holds: 348, CartHolds: 348, Carts: 2787, CartsPerHold: 8.01, CartsPerCartHold: 8.01}}
+	rep.Soak = phoneSoak()
 	file := filepath.Join(t.TempDir(), "r.html")
 	require.NoError(t, rep.WriteHTML(file))
 
@@ -58,6 +80,12 @@ func TestReportOnAPhone(t *testing.T) {
 	cells, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('th')].filter((th) => th.textContent.startsWith('longest lock wait')).length`))
 	require.NoError(t, err)
 	assert.Equal(t, 4, cells, "the carts table is there, a lock-wait column per class")
+	plots, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[...document.querySelectorAll('svg.soak')].map((s) => s.getBoundingClientRect().right)`))
+	require.NoError(t, err)
+	require.Len(t, plots, 2, "a plot a soak metric")
+	for _, right := range plots {
+		assert.LessOrEqual(t, right, 390.0, "a soak plot fits the phone")
+	}
 	gaps, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
 		const y = Chart.getChart('latency').scales.y;
 		const shown = y.getLabelItems().filter((it) => String(it.label) !== '').map((it) => it.options.translation[1]).sort((a, b) => a - b);

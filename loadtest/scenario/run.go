@@ -79,8 +79,8 @@ func RunTargets(ctx context.Context, cfg config.Config, urls []string, token str
 		Config: report.ReportConfig{Items: cfg.Items, Stock: cfg.Stock, Requests: cfg.Requests, DurationS: cfg.Duration.Seconds(),
 			Concurrency: cfg.Concurrency, Rate: cfg.Rate, Quantity: cfg.Quantity, Hot: cfg.Hot, Retry: cfg.Retry,
 			WorkMS: ms(cfg.Work), Chaos: cfg.Chaos, TimeoutMS: ms(cfg.Timeout), Seed: cfg.Seed, Routes: cfg.Routes,
-			Spike: cfg.Spike, Reads: cfg.Reads, Workload: cfg.Workload}}
-	if cfg.Workload == config.WorkloadHolds {
+			Spike: cfg.Spike, Reads: cfg.Reads, Workload: strings.Join(workloadsOf(cfg), ",")}}
+	if cfg.HasWorkload(config.WorkloadHolds) {
 		rep.Config.HoldTTLMS = ms(cfg.HoldTTL)
 	}
 	if cfg.Rate > 0 {
@@ -139,10 +139,8 @@ func RunTargets(ctx context.Context, cfg config.Config, urls []string, token str
 	if err != nil {
 		return nil, err
 	}
-	if cfg.CartWorkload() && len(cfg.Strategies) == 0 {
-		if strategies = workload.CartOnly(strategies); len(strategies) == 0 {
-			return nil, workload.ErrNoCartStrategy
-		}
+	if cfg.AnyCartWorkload() && len(cfg.Strategies) == 0 && len(workload.CartOnly(strategies)) == 0 {
+		return nil, workload.ErrNoCartStrategy
 	}
 	if !demo {
 		logf(logw, "the targets are not in demo mode: running only their own strategy, without simulated work")
@@ -161,42 +159,84 @@ func RunTargets(ctx context.Context, cfg config.Config, urls []string, token str
 			defer ch.Close()
 		}
 	}
+	var sk *soakRun
+	if cfg.Soak && cl != nil && cl.Redis != nil {
+		sk = startSoak(ctx, cfg, cl)
+		defer func() {
+			if sk != nil {
+				sk.stop()
+			}
+		}()
+	}
+	workloads := workloadsOf(cfg)
 	run := strategyRun{cfg: cfg, apis: apis, offered: offered, demo: demo, logw: logw}
 	add := func(res *report.StrategyResult) {
+		res.Workload, res.ShowWorkload = run.cfg.Workload, len(workloads) > 1
 		rep.Strategies = append(rep.Strategies, *res)
 		if res.Failed {
 			rep.Failed = append(rep.Failed, res.Label())
 		}
 	}
-	// Route by route, so that the strategies a route compares run one after the other.
+	// Route by route, so that the strategies a route compares run one after the other; each
+	// strategy runs each workload in turn (-workload purchase,cart,holds under -chaos mix), for
+	// -duration each: every run is judged alone, by its own workload's checks and history model,
+	// and must fire every kind of the fault schedule.
 	round := 0
+	total := len(strategies) * len(cfg.Routes) * len(workloads)
 	for _, route := range cfg.Routes {
 		for _, strategy := range strategies {
-			res, err := run.strategy(ctx, strategy, route, "", ch, mode, round)
-			round++
-			if err != nil {
-				return rep, err
+			if sk != nil && len(strategies) > 1 {
+				sk.rec.SetPhase(strategy) // each strategy's load its own series (soak.Recorder.SetPhase)
 			}
-			add(res)
-			if mode.Second != nil {
-				again, err := run.underFault(ctx, strategy, route, mode, cl, len(strategies)*len(cfg.Routes)+round)
+			for _, wl := range workloads {
+				run.cfg.Workload = wl
+				if run.cfg.CartWorkload() && len(cfg.Strategies) == 0 && len(workload.CartOnly([]string{strategy})) == 0 {
+					continue // the default strategies: those that sell no carts run the purchase workload alone
+				}
+				res, err := run.strategy(ctx, strategy, route, "", ch, mode, round)
+				round++
 				if err != nil {
 					return rep, err
 				}
-				again.Baseline = res.ReqPerSec
-				add(again)
+				add(res)
+				if mode.Second != nil {
+					again, err := run.underFault(ctx, strategy, route, mode, cl, total+round)
+					if err != nil {
+						return rep, err
+					}
+					again.Baseline = res.ReqPerSec
+					add(again)
+				}
 			}
 		}
+	}
+	if sk != nil {
+		judgeSoak(rep, sk.stop(), logw)
+		sk = nil
 	}
 	var met bool
 	rep.Thresholds, met = report.CheckThresholds(cfg.Thresholds, rep.Strategies)
 	switch {
 	case len(rep.Failed) > 0:
 		rep.ExitCode = 1
+	case len(rep.Leaked) > 0:
+		rep.ExitCode = report.ExitLeak
 	case !met:
 		rep.ExitCode = report.ExitThreshold
 	}
 	return rep, nil
+}
+
+// workloadsOf returns the workloads of the run: -workload's list, or the one Workload of a
+// configuration built by hand.
+func workloadsOf(cfg config.Config) []string {
+	if len(cfg.Workloads) > 0 {
+		return cfg.Workloads
+	}
+	if cfg.Workload == "" {
+		return []string{config.WorkloadPurchase}
+	}
+	return []string{cfg.Workload}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -31,6 +31,7 @@ type Recorder struct {
 	start time.Time
 
 	mu     sync.Mutex
+	phase  string                        // SetPhase: appended to every series name
 	series map[string]map[string][]Point // metric -> series -> points
 	order  []string                      // series names, first seen first
 	misses int
@@ -92,9 +93,23 @@ func (r *Recorder) probe(ctx context.Context) {
 	wg.Wait()
 }
 
+// SetPhase starts a phase of the soak: from the next sample on, every series (a storefront's,
+// the Redis's) is a new one named with the phase ("redis [lock+guard]"). A run whose load
+// changes by design (a strategy without a lock keeps a few Redis connections, one with a lock
+// a pool of them) gives each load its own series, so that the change is not read as a trend;
+// a leak grows within each phase. "" names no phase.
+func (r *Recorder) SetPhase(phase string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phase = phase
+}
+
 func (r *Recorder) add(s Sample, err error, what string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.phase != "" {
+		s.Series += " [" + r.phase + "]"
+	}
 	r.probes++
 	if err != nil {
 		r.misses++

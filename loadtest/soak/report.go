@@ -72,7 +72,7 @@ func (res *Result) WriteSVG(w io.Writer, metric string) error {
 			}
 		}
 	})
-	const W, H, left, right, top, bottom = 360.0, 140.0, 44.0, 96.0, 10.0, 20.0
+	const W, H, left, right, top, bottom = 440.0, 140.0, 44.0, 176.0, 10.0, 20.0
 	var tmax, vmin, vmax = 0.0, math.Inf(1), math.Inf(-1)
 	unit := ""
 	for _, m := range res.Metrics {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +118,37 @@ func startTime(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimPrefix(s.Series, "i0@")
+}
+
+// TestRecorderPhaseStartsNewSeries: after SetPhase, every target's samples go to a series of
+// their own, named with the phase; the points before it stay where they were.
+func TestRecorderPhaseStartsNewSeries(t *testing.T) {
+	srv := metricsServer(t)
+	rec := NewRecorder(Config{Every: 10 * time.Millisecond, Warmup: time.Nanosecond,
+		Target: func() map[string]string { return map[string]string{"i0": srv.URL} }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); rec.Run(ctx) }()
+	name := "i0@" + startTime(t, srv.URL)
+	waitPoints := func(series string) {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if len(rec.Result().Series["goroutines"][series]) >= 3 {
+				return
+			}
+		}
+		t.Fatalf("no points in %q: %v", series, rec.Result().Observed)
+	}
+	waitPoints(name)
+	rec.SetPhase("lock+guard")
+	before := len(rec.Result().Series["goroutines"][name])
+	waitPoints(name + " [lock+guard]")
+	cancel()
+	<-done
+	res := rec.Result()
+	if got := len(res.Series["goroutines"][name]); got > before+1 { // one probe may have been in flight
+		t.Fatalf("the series before the phase grew from %d to %d points", before, got)
+	}
+	if !slices.Contains(res.Observed, name+" [lock+guard]") {
+		t.Fatalf("observed %v", res.Observed)
+	}
 }
