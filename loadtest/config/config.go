@@ -60,6 +60,7 @@ type Config struct {
 
 	MixGap    time.Duration // -chaos mix: the pause between two faults is drawn from [MixGap, 2*MixGap); 0: defaultMixGap
 	MixRounds int           // -chaos mix: > 0 extends each strategy's run past Duration until that many full rounds of faults fired
+	MixSkip   []string      // -chaos mix: fault kinds left out of the schedule (a soak without kill: storefronts that live the whole run)
 
 	LockReplicas int // -chaos failover: --lock-replicas of the instances (replicas that acknowledge each lock)
 

@@ -84,6 +84,8 @@ type Chaos struct {
 	mixGap time.Duration
 	// -chaos mix: > 0 holds the run until that many full rounds fired (Target.Rounds)
 	mixRounds int
+	// -chaos mix: the kinds left out of the schedule (-mix-skip)
+	mixSkip []string
 	// -chaos failover: the instances' --lock-replicas (failover.go)
 	lockReplicas int
 }
@@ -102,7 +104,7 @@ type Target struct {
 // with the settings of cfg. Close releases it.
 func NewChaos(mode Mode, cl *cluster.Cluster, apis []*client.API, cfg config.Config) *Chaos {
 	c := &Chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown,
-		mixGap: cfg.MixGap, mixRounds: cfg.MixRounds, lockReplicas: cfg.LockReplicas}
+		mixGap: cfg.MixGap, mixRounds: cfg.MixRounds, mixSkip: cfg.MixSkip, lockReplicas: cfg.LockReplicas}
 	if cl.Redis != nil {
 		c.rdb = cl.Redis.Client()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -93,11 +94,12 @@ func mixOrder(rng *rand.Rand, kinds []string) []string {
 	return order
 }
 
-// mixKindsOf returns the kinds the schedule must fire on cl: those available on it.
-func mixKindsOf(cl *cluster.Cluster) []string {
+// mixKindsOf returns the kinds the schedule must fire on cl: those available on it, but for
+// the kinds of skip (-mix-skip).
+func mixKindsOf(cl *cluster.Cluster, skip ...string) []string {
 	var kinds []string
 	for _, f := range mixFaults {
-		if f.Available(cl) == nil {
+		if f.Available(cl) == nil && !slices.Contains(skip, f.Name()) {
 			kinds = append(kinds, f.Name())
 		}
 	}
@@ -120,7 +122,7 @@ func mixFault(kind string) Fault {
 // per kind; the invariants and the history are checked at the end as in every run.
 func (c *Chaos) mix(ctx context.Context, stop <-chan struct{}, start time.Time, r Target) *Event {
 	ev := &Event{Mode: ChaosMix}
-	kinds := mixKindsOf(c.cluster)
+	kinds := mixKindsOf(c.cluster, c.mixSkip...)
 	sched := &MixSchedule{Kinds: kinds, Fired: map[string]int{}, Failed: map[string]int{}}
 	ev.Mix = sched
 	rng := rand.New(rand.NewPCG(uint64(r.Round)+1, uint64(r.HotID)))
@@ -130,7 +132,7 @@ func (c *Chaos) mix(ctx context.Context, stop <-chan struct{}, start time.Time, 
 	}
 	m := &Injection{c: c, ctx: ctx, stop: stop, start: start, ev: ev, rng: rng, run: r}
 schedule:
-	for round := 0; ; round++ {
+	for round := 0; len(kinds) > 0; round++ {
 		for _, kind := range mixOrder(rng, kinds) {
 			if !c.wait(ctx, stop, gap+time.Duration(rng.Int64N(int64(gap)))) {
 				break schedule
@@ -176,7 +178,11 @@ schedule:
 		}
 	}
 	ev.ResumedAt = ev.mark(start, "%s", sched.summary())
-	if len(sched.Faults) == 0 {
+	switch {
+	case len(kinds) == 0:
+		c.wait(ctx, stop, time.Duration(math.MaxInt64)) // until the run ends
+		ev.Note = "no fault kind of the schedule is available on this cluster (-mix-skip)"
+	case len(sched.Faults) == 0:
 		ev.Note = "the run ended before the first fault"
 	}
 	return ev

@@ -33,6 +33,11 @@ func TestMixKindsOf(t *testing.T) {
 	assert.NotContains(t, mixKindsOf(&cluster.Cluster{}), mixPostgres)
 	assert.Len(t, mixKindsOf(&cluster.Cluster{}), len(mixKinds)-1)
 	assert.Equal(t, mixKinds, mixKindsOf(&cluster.Cluster{Postgres: &pgproc.Server{}}))
+	// -mix-skip leaves kinds out, and only those.
+	kinds := mixKindsOf(&cluster.Cluster{Postgres: &pgproc.Server{}}, mixKill, mixPostgres)
+	assert.NotContains(t, kinds, mixKill)
+	assert.NotContains(t, kinds, mixPostgres)
+	assert.Len(t, kinds, len(mixKinds)-2)
 }
 
 // TestJudgeMix: a schedule that missed a kind fails the run with a message that says what to

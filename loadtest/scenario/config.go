@@ -32,7 +32,7 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
 	fs.Usage = func() {}     // -h is handled below; a bad flag gets one line, not the whole list
-	var targets, strategies, routes, workloads string
+	var targets, strategies, routes, workloads, mixSkip string
 	fs.IntVar(&c.Instances, "instances", 3, "self-contained mode: storefront processes to start")
 	fs.StringVar(&targets, "target", "", "comma-separated base URLs of running storefronts (loopback only) instead of starting them")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "admin token of the -target servers (needed to reset their catalogue)")
@@ -82,6 +82,7 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 	fs.IntVar(&c.LockReplicas, "lock-replicas", 0, "-chaos failover: --lock-replicas of the instances; 1 makes each lock wait for the replica's acknowledgement, so the promoted replica has it (lock is then expected SAFE)")
 	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
 	fs.DurationVar(&c.MixGap, "mix-gap", fault.DefaultMixGap, "-chaos mix: the pause before each fault is drawn between this and twice it")
+	fs.StringVar(&mixSkip, "mix-skip", "", "-chaos mix: fault kinds left out of the schedule, comma-separated (of: "+strings.Join(fault.MixKinds(), ", ")+"); -soak -mix-skip kill keeps every storefront alive the whole run")
 	fs.IntVar(&c.MixRounds, "mix-rounds", 0, "-chaos mix: run each strategy past -duration until this many full rounds of every fault kind fired (0: -duration alone)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -132,6 +133,7 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 		return c, usageErr("-strategies is empty")
 	}
 	c.Routes = splitList(routes)
+	c.MixSkip = splitList(mixSkip)
 	c.Workloads = splitList(workloads)
 	if len(c.Workloads) == 0 {
 		return c, usageErr("-workload is empty")
@@ -225,6 +227,12 @@ func validate(c *config.Config) error {
 		return usageErr("-max-purchases must be 1..100000, got %d", c.MaxPurchases)
 	case c.Chaos == fault.ChaosMix && c.MixGap != 0 && (c.MixGap < 10*time.Millisecond || c.MixGap > time.Minute):
 		return usageErr("-mix-gap must be 10ms..1m, got %s", c.MixGap)
+	case len(c.MixSkip) > 0 && c.Chaos != fault.ChaosMix:
+		return usageErr("-mix-skip applies to -chaos mix only")
+	case len(c.MixSkip) > 0 && !isSubset(c.MixSkip, fault.MixKinds()):
+		return usageErr("-mix-skip: the fault kinds of -chaos mix are %s, got %s", strings.Join(fault.MixKinds(), ", "), strings.Join(c.MixSkip, ","))
+	case len(c.MixSkip) > 0 && isSubset(fault.MixKinds(), c.MixSkip):
+		return usageErr("-mix-skip leaves no fault kind to -chaos mix")
 	case c.MixRounds < 0 || c.MixRounds > 100:
 		return usageErr("-mix-rounds must be 0..100, got %d", c.MixRounds)
 	case c.MixRounds > 0 && c.Chaos != fault.ChaosMix:
@@ -298,4 +306,14 @@ func checkTarget(raw string) (string, error) {
 		}
 	}
 	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
+}
+
+// isSubset reports whether every name of a is in b.
+func isSubset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
