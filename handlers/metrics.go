@@ -110,7 +110,10 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		m.lockLosses, m.batchSize, m.holdCarts, m.holds, m.checkouts, m.stockHolds, m.stock,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	// A collector that fails (the stock gauge, when the database does not answer) leaves its
+	// metric out of the scrape: every other metric is still served (promhttp's default would
+	// answer 500 and lose them all, the breaker's state too, when they are needed most).
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError})
 	return m
 }
 

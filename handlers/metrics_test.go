@@ -52,6 +52,20 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// When the stock gauge cannot read the catalogue (the database down), /metrics still answers
+// 200 with every other metric, the stock gauge left out.
+func TestMetricsWhileTheCatalogueFails(t *testing.T) {
+	e := newEnv(t, envOptions{demo: true})
+	e.wrap.listFails.Store(true)
+	a := e.do("GET", "/metrics", "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Contains(t, string(a.body), "go_goroutines")
+	assert.Contains(t, string(a.body), "stockguard_lock_renewals_total")
+	assert.NotContains(t, string(a.body), "stockguard_item_stock{")
+	e.wrap.listFails.Store(false)
+	assert.Contains(t, string(e.do("GET", "/metrics", "").body), `stockguard_item_stock{item_id="1"`)
+}
+
 func TestMetricsGatherWithoutService(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	handlers.NewMetrics(reg) // no service yet: the stock gauge reports nothing

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,6 +204,15 @@ type faultService struct {
 	*inventory.Service
 	purchase func(ctx context.Context, req inventory.PurchaseRequest) (inventory.Receipt, error)
 	ready    func(ctx context.Context) error
+	// listFails, once set, makes ListItems fail (set while the server runs: atomic).
+	listFails atomic.Bool
+}
+
+func (f *faultService) ListItems(ctx context.Context) ([]inventory.Item, error) {
+	if f.listFails.Load() {
+		return nil, fmt.Errorf("%w: the database stopped answering", inventory.ErrUnavailable)
+	}
+	return f.Service.ListItems(ctx)
 }
 
 func (f *faultService) Purchase(ctx context.Context, req inventory.PurchaseRequest) (inventory.Receipt, error) {
