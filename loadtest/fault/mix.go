@@ -40,6 +40,15 @@ var mixKinds = func() []string {
 // MixKinds returns the names of the fault kinds of -chaos mix, in the order the reports list them.
 func MixKinds() []string { return slices.Clone(mixKinds) }
 
+// MixKindsOffered returns the kinds -chaos mix fires on a cluster with (privatePostgres) or
+// without the private PostgreSQL server of -db postgres, whose restart is a kind of its own.
+func MixKindsOffered(privatePostgres bool) []string {
+	if privatePostgres {
+		return MixKinds()
+	}
+	return slices.DeleteFunc(MixKinds(), func(k string) bool { return k == mixPostgres })
+}
+
 // DefaultMixGap is -mix-gap's default: the pause between two faults is drawn from [gap, 2*gap).
 const DefaultMixGap = time.Second
 
@@ -193,6 +202,8 @@ func judgeMix(_ config.Config, res *Outcome, _ time.Time, _ []*client.Purchase, 
 	switch {
 	case res.Event == nil || res.Event.Mix == nil:
 		return []string{"the fault schedule fired nothing: " + mixMissedHint}
+	case len(res.Event.Mix.Kinds) == 0:
+		return []string{"the fault schedule had no kind to fire on this cluster (-mix-skip left none that it offers)"}
 	case !res.Event.Mix.Complete():
 		return []string{fmt.Sprintf("the fault schedule missed %s: %s", strings.Join(res.Event.Mix.Missed, ", "), mixMissedHint)}
 	}

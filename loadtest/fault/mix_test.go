@@ -56,4 +56,6 @@ func TestJudgeMix(t *testing.T) {
 	assert.Contains(t, s.summary(), "in 1 full round(s): pause×2 clock×1; every kind fired")
 
 	assert.NotEmpty(t, judgeMix(config.Config{}, &Outcome{}, time.Time{}, nil, false), "no schedule at all")
+	none := &Outcome{Event: &Event{Mode: ChaosMix, Mix: &MixSchedule{Fired: map[string]int{}}}}
+	assert.NotEmpty(t, judgeMix(config.Config{}, none, time.Time{}, nil, false), "a schedule with no kind to fire (-mix-skip) fails the run")
 }

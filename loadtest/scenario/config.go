@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -231,8 +232,8 @@ func validate(c *config.Config) error {
 		return usageErr("-mix-skip applies to -chaos mix only")
 	case len(c.MixSkip) > 0 && !isSubset(c.MixSkip, fault.MixKinds()):
 		return usageErr("-mix-skip: the fault kinds of -chaos mix are %s, got %s", strings.Join(fault.MixKinds(), ", "), strings.Join(c.MixSkip, ","))
-	case len(c.MixSkip) > 0 && isSubset(fault.MixKinds(), c.MixSkip):
-		return usageErr("-mix-skip leaves no fault kind to -chaos mix")
+	case len(c.MixSkip) > 0 && isSubset(fault.MixKindsOffered(c.DB == cluster.DBPostgres), c.MixSkip):
+		return usageErr("-mix-skip leaves no fault kind to -chaos mix (with -db %s: %s)", cmp.Or(c.DB, cluster.DBSQLite), strings.Join(fault.MixKindsOffered(c.DB == cluster.DBPostgres), ", "))
 	case c.MixRounds < 0 || c.MixRounds > 100:
 		return usageErr("-mix-rounds must be 0..100, got %d", c.MixRounds)
 	case c.MixRounds > 0 && c.Chaos != fault.ChaosMix:

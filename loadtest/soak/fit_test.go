@@ -2,6 +2,7 @@ package soak
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -90,5 +91,18 @@ func TestJudgeShortSeriesIsNotJudged(t *testing.T) {
 	f := Judge(Goroutines, "i1@2", series(12, 60, 5, 0, 7), 20*time.Second)
 	if f.Short == "" || f.Leak {
 		t.Fatalf("a series of 2 points after the warm-up was judged: %+v", f)
+	}
+}
+
+// A metric's line says LEAK and names the leaking series when one leaks, even if another
+// series is steeper but fell back (its growth past the bound, its last quarter not).
+func TestLinesNameTheLeakingSeries(t *testing.T) {
+	res := &Result{Every: 2, Warmup: 20, Metrics: []Metric{Goroutines}, Fits: []Fit{
+		{Metric: Goroutines.Name, Series: "spike", Points: 40, Window: 80, Growth: 100, Bound: 48, Shift: 10},
+		{Metric: Goroutines.Name, Series: "leaky", Points: 40, Window: 80, Growth: 60, Bound: 48, Shift: 40, Leak: true},
+	}}
+	lines := res.Lines()
+	if len(lines) < 2 || !strings.Contains(lines[1], "LEAK") || !strings.Contains(lines[1], "leaking leaky") {
+		t.Fatalf("the metric's line does not name the leak:\n%s", strings.Join(lines, "\n"))
 	}
 }

@@ -15,7 +15,7 @@ func (res *Result) Lines() []string {
 	if res == nil {
 		return nil
 	}
-	out := []string{fmt.Sprintf("soak: %d probe(s) every %.0fs, %d unanswered (paused or restarting targets); fit after a %.0fs warm-up (Theil–Sen)",
+	out := []string{fmt.Sprintf("soak: %d probe(s) every %gs, %d unanswered (paused or restarting targets); fit after a %gs warm-up (Theil–Sen)",
 		res.Probes, res.Every, res.Misses, res.Warmup)}
 	for _, m := range res.Metrics {
 		var judged, short int
@@ -29,7 +29,9 @@ func (res *Result) Lines() []string {
 				continue
 			}
 			judged++
-			if f.Growth-f.Bound > worst.Growth-worst.Bound {
+			// The worst is a leaking series first (a steeper spike that fell back is not a
+			// leak), else the steepest.
+			if (f.Leak && !worst.Leak) || (f.Leak == worst.Leak && f.Growth-f.Bound > worst.Growth-worst.Bound) {
 				worst = f
 			}
 		}
@@ -37,11 +39,11 @@ func (res *Result) Lines() []string {
 			out = append(out, fmt.Sprintf("  %-15s %d series, none long enough to judge", m.Name, short))
 			continue
 		}
-		verdict := "ok"
+		verdict, which := "ok", "steepest"
 		if worst.Leak {
-			verdict = "LEAK"
+			verdict, which = "LEAK", "leaking"
 		}
-		out = append(out, fmt.Sprintf("  %-15s %-4s %d series judged; steepest %s: %s/min over %.0fs (growth %s, bound %s)",
+		out = append(out, fmt.Sprintf("  %-15s %-4s %d series judged; "+which+" %s: %s/min over %.0fs (growth %s, bound %s)",
 			m.Name, verdict, judged, worst.Series, amount(worst.Slope*60, m.Unit), worst.Window, amount(worst.Growth, m.Unit), amount(worst.Bound, m.Unit)))
 	}
 	for _, f := range res.Leaks() {
