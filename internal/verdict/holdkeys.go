@@ -11,6 +11,10 @@ import (
 type HoldKey struct {
 	Key     string
 	Answers []HoldAnswer
+	// Unknown: no answer names a hold and the placement may have set units aside anyway (an
+	// attempt lost or a 5xx, and no replay after the run refused outright): the key may own
+	// one hold no answer names.
+	Unknown bool
 }
 
 // HoldAnswer is one answer to a hold placement: Status 0 when none came; HoldID the hold a
@@ -30,26 +34,20 @@ type ServerHolds struct {
 
 // checkHoldKeys checks that no retry held twice (docs/DESIGN.md §12 #16): the answers under one
 // key name one hold, and every hold on the servers is the one hold of a key, so the servers
-// keep as many holds as there are keys answered 201 or 200. A key whose every answer was lost
-// (no answer, or a 5xx, even after its replays) may have placed one hold no answer names: up to
-// one unnamed hold per such key is its own, not a second one.
+// keep as many holds as there are keys answered 201 or 200. An Unknown key (its answers lost,
+// no replay refused) may have placed one hold no answer names: up to one unnamed hold per such
+// key is its own, not a second one.
 func (f *Findings) checkHoldKeys(keys []HoldKey, server *ServerHolds) {
 	named := map[int64]string{} // hold id -> the key whose answer named it
 	unknown := 0
 	for _, k := range keys {
 		var ids []int64
-		lost := false
 		for _, a := range k.Answers {
-			switch {
-			case (a.Status == 201 || a.Status == 200) && a.HoldID > 0:
-				if !slices.Contains(ids, a.HoldID) {
-					ids = append(ids, a.HoldID)
-				}
-			case a.Status == 0 || a.Status >= 500:
-				lost = true
+			if (a.Status == 201 || a.Status == 200) && a.HoldID > 0 && !slices.Contains(ids, a.HoldID) {
+				ids = append(ids, a.HoldID)
 			}
 		}
-		if len(ids) == 0 && lost {
+		if len(ids) == 0 && k.Unknown {
 			unknown++
 		}
 		if len(ids) > 0 {

@@ -43,8 +43,15 @@ func TestCheckHoldKeysDoubleHeld(t *testing.T) {
 			r.ServerHolds.IDs = append(r.ServerHolds.IDs, 4) // the lost attempt's hold, which no answer named
 		}, 1},
 		"lost answers: more unnamed holds than unanswered keys": {func(r *CartRun) {
-			r.HoldKeys = append(r.HoldKeys, HoldKey{Key: "h4", Answers: []HoldAnswer{{Status: 0}, {Status: 503}}})
+			r.HoldKeys = append(r.HoldKeys, HoldKey{Key: "h4", Answers: []HoldAnswer{{Status: 0}, {Status: 503}}, Unknown: true})
 			r.ServerHolds.IDs = append(r.ServerHolds.IDs, 8, 9)
+		}, 1},
+		// h4's answer was lost, its replay after the run refused (short): the key holds
+		// nothing, so the unnamed hold is another key's second one (h1's copy, whose answer
+		// was lost).
+		"a lost answer whose replay was refused owns no hold": {func(r *CartRun) {
+			r.HoldKeys = append(r.HoldKeys, HoldKey{Key: "h4", Answers: []HoldAnswer{{Status: 0}, {Status: 409}}})
+			r.ServerHolds.IDs = append(r.ServerHolds.IDs, 8)
 		}, 1},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -62,7 +69,7 @@ func TestCheckHoldKeysDoubleHeld(t *testing.T) {
 // missing on the servers is a mismatch; uncounted servers check only the answers.
 func TestCheckHoldKeysBounds(t *testing.T) {
 	r := holdKeyRun()
-	r.HoldKeys = append(r.HoldKeys, HoldKey{Key: "h4", Answers: []HoldAnswer{{Status: 0}, {Status: 0}}})
+	r.HoldKeys = append(r.HoldKeys, HoldKey{Key: "h4", Answers: []HoldAnswer{{Status: 0}, {Status: 0}}, Unknown: true})
 	r.ServerHolds.IDs = append(r.ServerHolds.IDs, 8)
 	f := CheckCarts(r)
 	assert.Equal(t, Safe, f.Verdict(), "the lost placement's own hold: %v", f.Violations)

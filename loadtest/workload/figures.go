@@ -130,7 +130,7 @@ func (w *Workload) cartFigures(elapsed time.Duration, lost int) *CartFigures {
 				f.KeyReplays++
 			}
 		}
-		if len(h.Replays) > 0 && !unknownPlacement(append(slices.Clone(h.Attempts), h.Replays...)) {
+		if len(h.Replays) > 0 && !h.unknown() {
 			f.Recovered++
 		}
 		switch {

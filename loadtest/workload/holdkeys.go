@@ -53,17 +53,41 @@ func (w *Workload) placeHold(ctx context.Context, h *hold, seq int, retry bool) 
 }
 
 // decidePlace returns the first answer of rs that names the hold (201, or 200: the key's hold
-// replayed), else the first one.
+// replayed), else the last answer that came (a refusal), else the first one.
 func decidePlace(rs []client.CartResult) client.CartResult {
 	for _, r := range rs {
 		if (r.Status == 201 || r.Status == 200) && r.Hold.ID > 0 {
 			return r
 		}
 	}
+	for i := len(rs) - 1; i >= 0; i-- {
+		if answered(rs[i]) {
+			return rs[i]
+		}
+	}
 	if len(rs) == 0 {
 		return client.CartResult{}
 	}
 	return rs[0]
+}
+
+// answered reports whether r is an answer that says what the server did (not a lost one, not
+// a 5xx).
+func answered(r client.CartResult) bool { return r.Status != 0 && r.Status < 500 }
+
+// unknown reports whether h's placement may have set units aside that no answer told of: no
+// answer names its hold, an attempt was lost or a 5xx, and no replay after the run was refused
+// outright. A replay is sent under the key once every attempt has ended, and the server
+// answers a key's existing hold before anything else: its refusal (409 short, ...) says that
+// the key holds nothing. An attempt's refusal does not: a lost attempt may still be running.
+func (h *hold) unknown() bool {
+	if p := decidePlace(append(slices.Clone(h.Attempts), h.Replays...)); (p.Status == 201 || p.Status == 200) && p.Hold.ID > 0 {
+		return false
+	}
+	if slices.ContainsFunc(h.Replays, answered) {
+		return false
+	}
+	return slices.ContainsFunc(h.Attempts, func(r client.CartResult) bool { return !answered(r) })
 }
 
 // unknownPlacement reports whether no answer of rs names a hold and one of them came without
@@ -93,14 +117,14 @@ func (w *Workload) replayPlacement(ctx context.Context, h *hold) bool {
 	if h.placed() && len(h.Confirms) == 0 && len(h.Cancels) == 0 {
 		h.Fate, h.Late = fateExpire, false
 	}
-	return !unknownPlacement(append(slices.Clone(h.Attempts), h.Replays...))
+	return !h.unknown()
 }
 
 // holdKeys is every hold placement of the run with its key and the hold each answer named.
 func (w *Workload) holdKeys() []verdict.HoldKey {
 	out := make([]verdict.HoldKey, 0, len(w.holdList))
 	for _, h := range w.holdList {
-		k := verdict.HoldKey{Key: h.Key}
+		k := verdict.HoldKey{Key: h.Key, Unknown: h.unknown()}
 		for _, r := range append(slices.Clone(h.Attempts), h.Replays...) {
 			k.Answers = append(k.Answers, verdict.HoldAnswer{Status: r.Status, HoldID: r.Hold.ID})
 		}

@@ -55,3 +55,28 @@ func TestResolveAmbiguous(t *testing.T) {
 		assert.NotContains(t, v, "lost-commit")
 	}
 }
+
+// TestHoldUnknown: a placement may own an unnamed hold only while no answer names one and no
+// replay after the run was refused outright (an attempt's refusal proves nothing: a lost
+// attempt may still run).
+func TestHoldUnknown(t *testing.T) {
+	named := client.CartResult{Status: 201, Hold: client.HoldBody{ID: 5}}
+	lost, refused, failed := client.CartResult{}, client.CartResult{Status: 409}, client.CartResult{Status: 503}
+	for _, tc := range []struct {
+		name              string
+		attempts, replays []client.CartResult
+		unknown           bool
+	}{
+		{"answered with its hold", []client.CartResult{lost, named}, nil, false},
+		{"refused", []client.CartResult{refused}, nil, false},
+		{"lost", []client.CartResult{lost}, nil, true},
+		{"a copy refused while the attempt was lost", []client.CartResult{refused, lost}, nil, true},
+		{"lost, every replay lost or failed", []client.CartResult{lost}, []client.CartResult{failed, lost}, true},
+		{"lost, the replay refused", []client.CartResult{lost}, []client.CartResult{failed, refused}, false},
+		{"lost, the replay answered the key's hold", []client.CartResult{lost}, []client.CartResult{{Status: 200, Hold: client.HoldBody{ID: 5}}}, false},
+	} {
+		h := &hold{Attempts: tc.attempts, Replays: tc.replays}
+		assert.Equal(t, tc.unknown, h.unknown(), tc.name)
+	}
+	assert.Equal(t, 409, decidePlace([]client.CartResult{lost, refused}).Status, "the refusal decides, not the lost attempt")
+}
