@@ -199,7 +199,11 @@ func BuildLanes(item int64, events []InstanceEvent, pids []int, start, end time.
 		l.Notes = append(l.Notes, fmt.Sprintf("%d hold(s) began before the recording: drawn from its start", before))
 	}
 	l.window(rows, ev)
-	l.overlaps()
+	var paused int64
+	if ev != nil && ev.Paused {
+		paused = ev.Token
+	}
+	l.overlaps(paused)
 	return l
 }
 
@@ -240,8 +244,11 @@ func (l *Lanes) window(rows []LaneRow, ev *Event) {
 }
 
 // overlaps finds, for every hold past its lease's end, the later holds of the lock that ran
-// meanwhile (on any instance).
-func (l *Lanes) overlaps() {
+// meanwhile (on any instance). A hold whose end the streams never told (Open: drawn to the end
+// of the recording) is taken for one past its lease only when it is the paused holder's (token
+// paused): another one's missing release is more likely an event a lagging stream missed than
+// a second holder.
+func (l *Lanes) overlaps(paused int64) {
 	type ref struct {
 		row int
 		h   LaneHold
@@ -253,7 +260,7 @@ func (l *Lanes) overlaps() {
 		}
 	}
 	for _, a := range all {
-		if a.h.LeaseEnd < 0 || a.h.To <= a.h.LeaseEnd {
+		if a.h.LeaseEnd < 0 || a.h.To <= a.h.LeaseEnd || (a.h.Open && a.h.Token != paused) {
 			continue
 		}
 		byRow := map[int]*Overlap{}

@@ -94,3 +94,30 @@ func TestBuildLanesNoPause(t *testing.T) {
 	assert.Len(t, l.Rows[1].Holds, 2)
 	assert.Empty(t, l.Marks())
 }
+
+// TestBuildLanesOpenHoldIsNoSecondHolder: a hold whose release the streams never told (a
+// lagging stream missed it) is drawn to the recording's end, but is not taken for a holder past
+// its lease beside the next one: only the paused holder's open hold is.
+func TestBuildLanesOpenHoldIsNoSecondHolder(t *testing.T) {
+	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ms := func(s float64) float64 { return float64(start.UnixNano())/1e6 + s*1000 }
+	ev := func(instance int, seq int64, kind string, at float64, token int64) InstanceEvent {
+		e := InstanceEvent{Instance: instance, LabEvent: client.LabEvent{Seq: seq, T: ms(at), Kind: kind, Item: 9, Token: token}}
+		if kind == "acquire" {
+			e.LeaseMS = 500
+		}
+		return e
+	}
+	events := []InstanceEvent{
+		ev(0, 1, "acquire", 0.1, 5), // its release was missed
+		ev(1, 1, "acquire", 1.0, 6), ev(1, 2, "release", 1.2, 6),
+	}
+	l := BuildLanes(9, events, []int{100, 101}, start, start.Add(2*time.Second), nil)
+	require.Len(t, l.Rows[0].Holds, 1)
+	assert.True(t, l.Rows[0].Holds[0].Open)
+	assert.Empty(t, l.Overlaps, "a missed release is no overlap")
+
+	paused := &Event{Mode: ChaosPause, Paused: true, Instance: 0, Token: 5, PausedAt: 0.2, ResumedAt: 1.9}
+	l = BuildLanes(9, events, []int{100, 101}, start, start.Add(2*time.Second), paused)
+	assert.Len(t, l.Overlaps, 1, "the paused holder, still stopped, past its lease beside the next holder")
+}
