@@ -67,7 +67,8 @@ func TestSoakConfig(t *testing.T) {
 }
 
 // soakArgs is the short soak of the tests: one round of every fault kind at a half-second
-// lease (the run is held until the round has fired), a sample a second, a 4s warm-up.
+// lease (the run is held until the round has fired), a sample a second, a 4s warm-up (a later
+// flag in more wins).
 func soakArgs(bin string, more ...string) []string {
 	return append([]string{"-bin", bin, "-chaos", "mix", "-soak", "-strategies", "guard", "-duration", "8s",
 		"-lease", "500ms", "-mix-gap", "200ms", "-mix-rounds", "1", "-soak-every", "1s", "-soak-warmup", "4s",
@@ -76,7 +77,10 @@ func soakArgs(bin string, more ...string) []string {
 
 // TestSoakCatchesALeak builds the storefront with the test-only leak (-tags leaktest: one
 // goroutine kept per purchase) and soaks it through -bin: the goroutines of the instances are
-// judged LEAK, and the run, whose invariants held, exits ExitLeak.
+// judged LEAK, and the run, whose invariants held, exits ExitLeak. Without the kill kind
+// (-mix-skip kill), every instance lives the whole run, so its series is long enough to judge
+// however early a kill would have come (one at 0.5 s left a CI run with no series judged), and
+// two samples a second after a 2 s warm-up give an 8 s run enough points to judge.
 func TestSoakCatchesALeak(t *testing.T) {
 	testkit.NeedStorefront(t)
 	testkit.NeedClock(t)
@@ -86,7 +90,7 @@ func TestSoakCatchesALeak(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build -tags leaktest: %s", out)
 
-	cfg, err := ParseConfig(soakArgs(bin), io.Discard)
+	cfg, err := ParseConfig(soakArgs(bin, "-mix-skip", "kill", "-soak-every", "500ms", "-soak-warmup", "2s"), io.Discard)
 	require.NoError(t, err)
 	rep, err := Run(context.Background(), cfg, testkit.Tlog{T: t})
 	require.NoError(t, err)
