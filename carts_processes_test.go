@@ -59,6 +59,8 @@ func TestCartsAcrossOSProcessesNeverDeadlock(t *testing.T) {
 		next    atomic.Int64 // carts handed out
 		longest atomic.Int64 // the longest answer, in ns
 		wg      sync.WaitGroup
+		mu      sync.Mutex
+		units   = map[int64]int{} // units answered 201, by item
 	)
 	for p, s := range servers {
 		for w := range workers {
@@ -72,12 +74,17 @@ func TestCartsAcrossOSProcessesNeverDeadlock(t *testing.T) {
 					if p == 1 && (i+w)%4 != 0 {
 						item = a
 					}
-					for _, req := range []struct{ path, body string }{
-						{"/api/checkout", cartBody},
-						{fmt.Sprintf("/api/items/%d/purchase", item), `{"quantity":1}`},
+					for _, req := range []struct {
+						path, body string
+						items      []int64
+					}{
+						{"/api/checkout", cartBody, []int64{h, a}},
+						{fmt.Sprintf("/api/items/%d/purchase", item), `{"quantity":1}`, []int64{item}},
 					} {
 						r, err := http.NewRequest("POST", s.url+req.path, strings.NewReader(req.body))
-						require.NoError(t, err)
+						if !assert.NoError(t, err) {
+							return
+						}
 						r.Header.Set("Content-Type", "application/json")
 						r.Header.Set("X-Strategy", "lock+guard")
 						r.Header.Set("X-Simulated-Work", work.String())
@@ -94,6 +101,11 @@ func TestCartsAcrossOSProcessesNeverDeadlock(t *testing.T) {
 						if !assert.Equal(t, http.StatusCreated, res.StatusCode, "storefront %d %s: %s", p+1, req.path, b) {
 							return
 						}
+						mu.Lock()
+						for _, id := range req.items {
+							units[id]++
+						}
+						mu.Unlock()
 					}
 				}
 			})
@@ -120,6 +132,7 @@ func TestCartsAcrossOSProcessesNeverDeadlock(t *testing.T) {
 	require.Equal(t, http.StatusOK, servers[1].call("GET", "/api/stats", "", &stats))
 	for _, st := range stats {
 		assert.Equal(t, st.InitialStock-st.Stock, st.SoldUnits, "item %d: every unit taken is sold", st.ItemID)
+		assert.Equal(t, units[st.ItemID], st.SoldUnits, "item %d: the units sold are those answered 201", st.ItemID)
 	}
 	raw, _ := json.Marshal(stats)
 	t.Logf("stats: %s", raw)

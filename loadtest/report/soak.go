@@ -22,6 +22,10 @@ func (r *Report) writeSoak(w io.Writer) {
 		fmt.Fprintf(w, "soak verdict: LEAK (%s)\n", strings.Join(r.Leaked, ", "))
 		return
 	}
+	if !r.Soak.Judged() {
+		fmt.Fprintln(w, "soak verdict: nothing judged (no series was long enough: a longer -duration, or a shorter -soak-every)")
+		return
+	}
 	fmt.Fprintln(w, "soak verdict: no leak (no series grew past its bound)")
 }
 

@@ -185,8 +185,13 @@ func RunTargets(ctx context.Context, cfg config.Config, urls []string, token str
 	total := len(strategies) * len(cfg.Routes) * len(workloads)
 	for _, route := range cfg.Routes {
 		for _, strategy := range strategies {
-			if sk != nil && len(strategies) > 1 {
-				sk.rec.SetPhase(strategy) // each strategy's load its own series (soak.Recorder.SetPhase)
+			if sk != nil && (len(strategies) > 1 || len(cfg.Routes) > 1) {
+				// Each strategy's load its own series (soak.Recorder.SetPhase), and each route's.
+				phase := strategy
+				if len(cfg.Routes) > 1 {
+					phase += " " + route
+				}
+				sk.rec.SetPhase(phase)
 			}
 			for _, wl := range workloads {
 				run.cfg.Workload = wl

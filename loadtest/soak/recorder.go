@@ -141,6 +141,11 @@ type Result struct {
 	Observed []string                      `json:"observed"` // series names, first seen first
 }
 
+// Judged reports whether any series was long enough to be judged.
+func (res *Result) Judged() bool {
+	return res != nil && slices.ContainsFunc(res.Fits, func(f Fit) bool { return f.Short == "" })
+}
+
 // Leaks are the fits that found a leak.
 func (res *Result) Leaks() []Fit {
 	var out []Fit
