@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -50,18 +48,8 @@ func WritePitfalls(w io.Writer, rows []PitfallRow) int {
 	return code
 }
 
-func answers(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s×%d", k, m[k])
-	}
-	return strings.Join(parts, " ")
-}
+// answers renders answers by status or code as "201×n 409×n", in key order.
+func answers(m map[string]int) string { return counted(m, "×") }
 
 // WritePitfallsJSON writes the -json report of -scenario pitfalls to file: the database, the
 // instances' lease and lock wait, the rows and the exit status.

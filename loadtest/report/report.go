@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -347,14 +348,15 @@ func codes(m map[string]int) string {
 	if len(m) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	return counted(m, ":")
+}
+
+// counted renders m as "key<sep>n" pairs in key order, separated by spaces.
+func counted(m map[string]int, sep string) string {
+	keys := slices.Sorted(maps.Keys(m))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s:%d", k, m[k])
+		parts[i] = fmt.Sprintf("%s%s%d", k, sep, m[k])
 	}
 	return strings.Join(parts, " ")
 }
