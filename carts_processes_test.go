@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -39,9 +38,7 @@ func TestCartsAcrossOSProcessesNeverDeadlock(t *testing.T) {
 		wait    = 10 * time.Second
 		work    = time.Millisecond
 	)
-	bin := filepath.Join(t.TempDir(), "stockguard")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	bin := buildBinary(t)
 	rdb := redistest.Start(t)
 	db := filepath.Join(t.TempDir(), "carts.db")
 	var servers [2]*server

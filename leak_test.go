@@ -64,14 +64,25 @@ func TestLeakBuildKeepsAGoroutinePerPurchase(t *testing.T) {
 	t.Logf("untagged: go_goroutines grew by %d over %d purchases", grew, n)
 	assert.Less(t, grew, n/2, "the untagged storefront's goroutines do not grow with its purchases")
 
-	bin := filepath.Join(t.TempDir(), "stockguard-leak")
-	out, err := exec.Command("go", "build", "-tags", leakTag, "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build -tags %s: %s", leakTag, out)
-	leaky := startBinary(t, bin, leakArgs(t)...)
+	leaky := startBinary(t, buildBinary(t, leakTag), leakArgs(t)...)
 	assert.Contains(t, leaky.logs.String(), "built with -tags "+leakTag)
 	grew = leakGrowth(t, leaky, n)
 	t.Logf("-tags %s: go_goroutines grew by %d over %d purchases", leakTag, grew, n)
 	assert.GreaterOrEqual(t, grew, n-n/10, "one goroutine kept per purchase")
+}
+
+// buildBinary builds the storefront (go build, with tags when given) into a temporary file and
+// returns its path.
+func buildBinary(t *testing.T, tags ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "stockguard")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+	require.NoError(t, err, "go %s: %s", strings.Join(args, " "), out)
+	return bin
 }
 
 // startBinary runs the storefront binary bin with args (no environment: an in-process Redis)
