@@ -127,7 +127,10 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 // fair_release.lua, which also wakes the head of the queue, to release and forget.
 func (c *Client) fairKind() *kind {
 	return &kind{reentry: reenterRedis, release: c.fairRelease, forget: c.fairForget, ttl: c.ttl, renew: c.renew,
-		debt: func(h *hold) func(context.Context) error { return c.fairPay(h.k, h.owner) }}
+		debt: func(h *hold) func(context.Context) error { return c.fairPay(h.k, h.owner) },
+		contended: func(ctx context.Context, h *hold) (bool, error) { // every waiter keeps a place in the queue
+			return c.waitersIn(ctx, h.k.fair().timeouts, h.owner)
+		}}
 }
 
 // queueTimeout is the fair-lock waiter timeout: Options.QueueTimeout or its default, at least

@@ -20,6 +20,9 @@ type Keys struct {
 //	P{K}:gone:<owner>    string, PEXPIRE = lease: the tombstone of an owner that gave up
 //	                     and cleaned up (forget.lua): an acquire of that owner arriving at
 //	                     Redis after its clean-up (late, on another connection) takes nothing
+//	P{K}:waiting         sorted set: owner of a waiting Obtain -> when its interest lapses
+//	                     (ms, Redis clock): a little after the lease its last attempt saw,
+//	                     when it tries again; Lock.Contended counts it
 //
 // The fair lock (Client.ObtainFair) is the same lock with a queue of waiters beside it:
 //
@@ -67,6 +70,9 @@ func (c *Client) keysFor(key string) keys {
 // gone is the tombstone of owner on k (same hash tag, so the same Cluster slot): left by the
 // clean-up of an owner that gave up, honoured by the acquire scripts for one lease.
 func (k keys) gone(owner string) string { return k.hash + ":gone:" + owner }
+
+// waiting is the set of owners waiting for k (acquire_waiting.lua): what Lock.Contended counts.
+func (k keys) waiting() string { return k.hash + ":waiting" }
 
 // fairKeys are the queue's names of k; turn + owner is a waiter's channel.
 type fairKeys struct{ queue, timeouts, turn string }

@@ -39,6 +39,9 @@ type kind struct {
 	// refence issues h a new fencing token if h still holds the key, or returns -1 (see
 	// Lock.NextToken); nil for a kind that cannot (its tokens are not one counter's).
 	refence func(ctx context.Context, h *hold) (int64, error)
+	// contended reports whether another owner waits for h's key (see Lock.Contended); nil
+	// for a kind that does not record its waiters (Redlock, the semaphore).
+	contended func(ctx context.Context, h *hold) (bool, error)
 }
 
 // reentry is how a kind re-enters a hold under a context that carries it.
@@ -66,7 +69,22 @@ func (c *Client) coreKind() *kind {
 		refence: func(ctx context.Context, h *hold) (int64, error) {
 			return refenceScript.Run(ctx, c.rdb, []string{h.k.hash, h.k.fence}, h.owner).Int64()
 		},
+		contended: func(ctx context.Context, h *hold) (bool, error) {
+			// A waiter of this Client queued behind another of its waiters has not tried
+			// yet, so it is not in the waiting set: the notifier knows it.
+			if c.notify.queued(h.k.channel) {
+				return true, nil
+			}
+			return c.waitersIn(ctx, h.k.waiting(), h.owner)
+		},
 	}
+}
+
+// waitersIn reports whether set, a sorted set of waiting owners scored by when each one's
+// interest lapses (contended.lua), holds one other than owner whose interest has not lapsed.
+func (c *Client) waitersIn(ctx context.Context, set, owner string) (bool, error) {
+	n, err := contendedScript.Run(ctx, c.rdb, []string{set}, owner).Int64()
+	return n > 0, err
 }
 
 // renew extends the lease of h if h still holds the key (renew.lua). Under Options.Replicas

@@ -257,7 +257,7 @@ func (c *Client) obtainKey(ctx context.Context, k keys, owner string, floor int6
 	)
 	var short shortfall // Options.Replicas: an attempt whose key no replica acknowledged
 	try := func(ctx context.Context) (bool, time.Duration, error) {
-		t, s, hint, err := c.acquireKey(ctx, k, owner, floor)
+		t, s, hint, err := c.acquireKey(ctx, k, owner, floor, limit != 0)
 		token, sent = t, s
 		if short.note(err) {
 			err = nil

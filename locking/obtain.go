@@ -45,15 +45,32 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 	owner := newOwner()
 	start := time.Now()
 	var short shortfall
+	waiting := false // an attempt found the lock taken and recorded this Obtain as waiting
 	l, err := c.obtainKind(ctx, c.core, k.channel, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
-		l, hint, err := c.acquire(ctx, k, owner, cfg.floor, start)
+		l, hint, err := c.acquire(ctx, k, owner, cfg.floor, start, cfg.wait != 0)
 		if short.note(err) {
 			return nil, hint, nil
 		}
+		waiting = waiting || (l == nil && err == nil)
 		return l, hint, err
 	})
+	if err != nil && waiting {
+		c.unwait(ctx, k, owner)
+	}
 	return l, short.result(err)
 }
+
+// unwait removes owner from k's waiting set (acquire_waiting.lua) once its Obtain gave up, best
+// effort: an entry left behind lapses on its own, a little after the lease it saw.
+func (c *Client) unwait(ctx context.Context, k keys, owner string) {
+	cctx, cancel := c.bestEffort(ctx)
+	defer cancel()
+	_ = c.rdb.ZRem(cctx, k.waiting(), owner).Err()
+}
+
+// interestMargin is how long past the holder's remaining lease a waiter's entry in the waiting
+// set lasts (acquire_waiting.lua): the time its next attempt, due then, needs to reach Redis.
+func (c *Client) interestMargin() time.Duration { return min(c.lease, time.Second) }
 
 // enter is the preamble of every kind's Obtain. It refuses the key "" (ErrEmptyKey) and
 // whatever the kind refuses, then an ended ctx (ErrNotObtained joined with ctx.Err()) and a
@@ -125,8 +142,8 @@ func (c *Client) obtainKind(ctx context.Context, kd *kind, channel string, limit
 
 // acquire makes one attempt of the core lock (acquire.lua). It returns the Lock when taken, or the remaining lease of the
 // holder when not.
-func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64, start time.Time) (*Lock, time.Duration, error) {
-	token, sent, hint, err := c.acquireKey(ctx, k, owner, floor)
+func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64, start time.Time, wait bool) (*Lock, time.Duration, error) {
+	token, sent, hint, err := c.acquireKey(ctx, k, owner, floor, wait)
 	if err != nil || token == 0 {
 		return nil, hint, err
 	}
@@ -141,7 +158,10 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 // Options.Replicas a key taken is WAITed for (ackAcquired): too few acknowledgements give it
 // back and return token 0, a short sleep and an error wrapping ErrNotReplicated, which the
 // caller records (shortfall) and does not end its wait with.
-func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int64) (token int64, sent time.Time, hint time.Duration, err error) {
+//
+// With wait (an Obtain that waits, not TryObtain), the attempt runs acquire_waiting.lua: a failed
+// one records owner as waiting for k, a successful one removes it (Lock.Contended).
+func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int64, wait bool) (token int64, sent time.Time, hint time.Duration, err error) {
 	if err := ctx.Err(); err != nil { // nothing sent: nothing to clean up
 		return 0, sent, 0, errors.Join(ErrNotObtained, err)
 	}
@@ -154,8 +174,12 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	sent = time.Now()
-	res, err := acquireScript.Run(cctx, sc, []string{k.hash, k.fence, k.gone(owner)},
-		owner, c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0").Int64Slice()
+	script, ks, args := acquireScript, []string{k.hash, k.fence, k.gone(owner)},
+		[]any{owner, c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0"}
+	if wait {
+		script, ks, args = acquireWaitingScript, append(ks, k.waiting()), append(args, c.interestMargin().Milliseconds())
+	}
+	res, err := script.Run(cctx, sc, ks, args...).Int64Slice()
 	if err != nil {
 		c.reloadOnMoved(err)    // Options.Replicas on a Cluster: a slot that moved
 		if maybeExecuted(err) { // the script may have run: do not leave the key behind

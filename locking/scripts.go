@@ -14,6 +14,14 @@ var (
 	acquireLua    string
 	acquireScript = redis.NewScript(acquireLua)
 
+	//go:embed acquire_waiting.lua
+	acquireWaitingLua    string
+	acquireWaitingScript = redis.NewScript(include(acquireWaitingLua, "acquire.lua", acquireLua))
+
+	//go:embed contended.lua
+	contendedLua    string
+	contendedScript = redis.NewScript(contendedLua)
+
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)

@@ -1,0 +1,186 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/redistest"
+)
+
+// contended polls l.Contended until it answers want or five seconds pass.
+func eventuallyContended(t *testing.T, ctx context.Context, l *Lock, want bool, why string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		got, err := l.Contended(ctx)
+		require.NoError(t, err)
+		return got == want
+	}, 5*time.Second, 5*time.Millisecond, "Contended should become %v: %s", want, why)
+}
+
+// waitFor starts an Obtain of key by c that waits (at most wait), and returns its result channel.
+func waitFor(ctx context.Context, c *Client, key string, wait time.Duration) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Obtain(ctx, key, WithWait(wait))
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	return got
+}
+
+// A holder learns when an Obtain of another process waits for its key, and when it stops
+// waiting: by giving up, or by taking the lock. A TryObtain that fails never counts, and the
+// holder's own entry never counts for itself.
+func TestContendedByAnotherClient(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 60*time.Second)
+	holder, other := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := newRedis(t, srv)
+	key := uniqueKey(t)
+	waiting := holder.keysFor(key).waiting()
+
+	l, err := holder.Obtain(ctx, key)
+	require.NoError(t, err)
+	busy, err := l.Contended(ctx)
+	require.NoError(t, err)
+	assert.False(t, busy, "nobody waits")
+
+	_, err = other.TryObtain(ctx, key)
+	require.ErrorIs(t, err, ErrNotObtained)
+	busy, err = l.Contended(ctx)
+	require.NoError(t, err)
+	assert.False(t, busy, "a TryObtain does not wait, so it does not count")
+
+	// A waiter that gives up leaves the set at once.
+	wctx, cancel := context.WithCancel(ctx)
+	gaveUp := waitFor(wctx, other, key, time.Minute)
+	eventuallyContended(t, ctx, l, true, "another client's Obtain waits")
+	cancel()
+	require.ErrorIs(t, <-gaveUp, ErrNotObtained)
+	busy, err = l.Contended(ctx)
+	require.NoError(t, err)
+	assert.False(t, busy, "the waiter gave up and left the set")
+
+	// A waiter that takes the lock leaves the set, and does not see itself as waiting.
+	took := make(chan *Lock, 1)
+	go func() {
+		nl, err := other.Obtain(ctx, key, WithWait(time.Minute))
+		assert.NoError(t, err)
+		took <- nl
+	}()
+	eventuallyContended(t, ctx, l, true, "a second waiter")
+	require.NoError(t, l.Release(ctx))
+	nl := <-took
+	require.NotNil(t, nl)
+	busy, err = nl.Contended(ctx)
+	require.NoError(t, err)
+	assert.False(t, busy, "the new holder is not waiting for itself")
+	n, err := rdb.ZCard(ctx, waiting).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the waiting set is empty once its waiter holds the lock")
+	exists, err := rdb.Exists(ctx, waiting).Result()
+	require.NoError(t, err)
+	assert.Zero(t, exists, "and Redis has dropped it")
+	require.NoError(t, nl.Release(ctx))
+
+	_, err = nl.Contended(ctx)
+	assert.ErrorIs(t, err, ErrNotHeld, "after release")
+}
+
+// A goroutine of the holder's own process that waits (a plain context, not the lock's) counts:
+// the process's notifier knows its queued waiters before any of them has tried.
+func TestContendedBySameClient(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, srv, nil)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+
+	wctx, cancel := context.WithCancel(ctx)
+	first, second := waitFor(wctx, c, key, time.Minute), waitFor(wctx, c, key, time.Minute)
+	eventuallyContended(t, ctx, l, true, "two goroutines of the same Client wait")
+	cancel()
+	require.ErrorIs(t, <-first, ErrNotObtained)
+	require.ErrorIs(t, <-second, ErrNotObtained)
+	eventuallyContended(t, ctx, l, false, "both gave up")
+	require.NoError(t, l.Release(ctx))
+}
+
+// A waiter that died after its attempt (no give-up, no retry) counts only until its entry
+// lapses: a little after the lease its attempt saw. The holder's watchdog keeps renewing.
+func TestContendedWaiterThatDiedLapses(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 30*time.Second)
+	lease := 400 * time.Millisecond
+	c := newClient(t, srv, &Options{Lease: lease})
+	rdb := newRedis(t, srv)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+
+	// The attempt of a process that dies right after it: acquire_waiting.lua, then nothing.
+	k := c.keysFor(key)
+	res, err := acquireWaitingScript.Run(ctx, rdb, []string{k.hash, k.fence, k.gone("dead"), k.waiting()},
+		"dead", lease.Milliseconds(), "0", "0", c.interestMargin().Milliseconds()).Int64Slice()
+	require.NoError(t, err)
+	require.Equal(t, int64(0), res[0], "the lock is held: the attempt fails and records its owner")
+	busy, err := l.Contended(ctx)
+	require.NoError(t, err)
+	assert.True(t, busy, "the dead waiter counts while its entry lasts")
+	eventuallyContended(t, ctx, l, false, "its entry lapsed (lease seen + margin)")
+	require.NoError(t, l.Err(), "the watchdog kept the lock meanwhile")
+	require.NoError(t, l.Release(ctx))
+}
+
+// The fair lock's waiters are its queue; Redlock and the semaphore do not record theirs.
+func TestContendedByKind(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 30*time.Second)
+	c, other := newClient(t, srv, nil), newClient(t, srv, nil)
+	key := uniqueKey(t)
+
+	l, err := c.ObtainFair(ctx, key)
+	require.NoError(t, err)
+	busy, err := l.Contended(ctx)
+	require.NoError(t, err)
+	assert.False(t, busy)
+	wctx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := other.ObtainFair(wctx, key, WithWait(time.Minute))
+		got <- err
+	}()
+	eventuallyContended(t, ctx, l, true, "a fair waiter is queued")
+	cancel()
+	require.Error(t, <-got)
+	require.NoError(t, l.Release(ctx))
+
+	rl := NewRedlock([]redis.UniversalClient{newRedis(t, srv)}, nil)
+	t.Cleanup(func() { _ = rl.Close() })
+	r, err := rl.Obtain(ctx, uniqueKey(t))
+	require.NoError(t, err)
+	_, err = r.Contended(ctx)
+	assert.True(t, errors.Is(err, errors.ErrUnsupported), "Redlock: %v", err)
+	require.NoError(t, r.Release(ctx))
+
+	sem := NewSemaphore(newRedis(t, srv), 2, nil)
+	t.Cleanup(func() { _ = sem.Close() })
+	p, err := sem.Acquire(ctx, uniqueKey(t))
+	require.NoError(t, err)
+	_, err = p.Contended(ctx)
+	assert.True(t, errors.Is(err, errors.ErrUnsupported), "semaphore: %v", err)
+	require.NoError(t, p.Release(ctx))
+}
