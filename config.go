@@ -34,6 +34,7 @@ type config struct {
 	instances       int // --demo: supervise this many storefront processes (the lab, demo.go)
 	maxBatch        int
 	streamHold      time.Duration
+	streamAlone     bool
 	redisCall       time.Duration // --redis-call-timeout (breaker.go)
 	maxPurchases    int           // --max-purchases: purchases in flight per process, 0 = no bound
 	holdTTL         time.Duration // a stock hold's life when its request names none
@@ -66,6 +67,7 @@ var envOf = map[string]string{
 	"instances":             "INSTANCES",
 	"max-batch":             "MAX_BATCH",
 	"stream-hold":           "STREAM_HOLD",
+	"stream-alone":          "STREAM_ALONE",
 	"redis-call-timeout":    "REDIS_CALL_TIMEOUT",
 	"max-purchases":         "MAX_PURCHASES",
 	"hold-ttl":              "HOLD_TTL",
@@ -110,8 +112,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.maxInflight, "max-inflight-per-item", 0, "admission limit of concurrent purchases per item (0 = off)")
 	fs.IntVar(&c.maxBatch, "max-batch", inventory.DefaultMaxBatch, "most purchases of one item one lock hold of lock+guard sells (1 = one per hold)")
 	durationVar(fs, &c.streamHold, "stream-hold", 0, "how long one hold of lock+guard keeps admitting the buyers of its item who arrive\n"+
-		"while it works (0: only those waiting when it begins); raise it (e.g. 1s) when the balancer sends each\n"+
-		"item to one instance, so that one hold serves them all")
+		"while it works, even when another instance waits for the lock (0: only those waiting when it begins)")
+	fs.BoolVar(&c.streamAlone, "stream-alone", true, "a hold of lock+guard keeps admitting the buyers of its item who arrive while it works\n"+
+		"for as long as no other instance waits for its locks: behind a balancer that sends each item to one\n"+
+		"instance, one hold serves them all; false: a hold sells to the buyers waiting when it begins (and --stream-hold)")
 	durationVar(fs, &c.redisCall, "redis-call-timeout", DefaultRedisCallTimeout, "longest one lock call may wait for Redis; three failed calls in a row\n"+
 		"open the node's circuit breaker (lock calls then fail at once until a probe answers)")
 	fs.IntVar(&c.maxPurchases, "max-purchases", DefaultMaxPurchases, "most purchases in flight in this process; past it a purchase is answered\n"+

@@ -175,6 +175,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Default:      cfg.strategy,
 		MaxBatch:     cfg.maxBatch,
 		StreamHold:   cfg.streamHold,
+		StreamAlone:  cfg.streamAlone,
 		HoldTTL:      cfg.holdTTL,
 		Holds:        metrics,
 		Logger:       logger.With("component", "inventory"),

@@ -47,13 +47,15 @@ type coalesced struct {
 	maxBatch int
 	onDown   string        // Config.OnRedisDown: sell through the guard alone when the lock service is down
 	stream   time.Duration // Config.StreamHold: how long a hold admits buyers who arrive while it works
+	alone    bool          // Config.StreamAlone: and it admits them for as long as nobody else wants its locks
 
 	mu    sync.Mutex
 	items map[int64]*itemQueue // items with a running worker
 }
 
-func newCoalesced(d deps, l Locker, name string, maxBatch int, onDown string, stream time.Duration) *coalesced {
-	return &coalesced{deps: d, locker: l, name: name, maxBatch: maxBatch, onDown: onDown, stream: stream, items: make(map[int64]*itemQueue)}
+func newCoalesced(d deps, l Locker, name string, cfg Config) *coalesced {
+	return &coalesced{deps: d, locker: l, name: name, maxBatch: cfg.MaxBatch, onDown: cfg.OnRedisDown,
+		stream: cfg.StreamHold, alone: cfg.StreamAlone, items: make(map[int64]*itemQueue)}
 }
 
 // itemQueue is one item's queue and what its worker knows of the item. pending is guarded by
@@ -283,7 +285,7 @@ func (s *coalesced) hold(q *itemQueue) {
 	s.mu.Unlock()
 	if hl == nil {
 		asked := time.Now()
-		held, err := obtain(ctx, s.locker, q.id, q.fence)
+		held, err := s.obtainInTurn(ctx, q.id, q.fence)
 		got = time.Now()
 		waited = got.Sub(asked)
 		if err != nil {
@@ -291,6 +293,9 @@ func (s *coalesced) hold(q *itemQueue) {
 			return
 		}
 		hl = &holdLocks{anchor: held, others: make(map[int64]*otherLock)}
+	}
+	if waited > contended {
+		q.shared = got // other processes want the lock too
 	}
 	held := hl.anchor
 	q.carts = 0
@@ -337,31 +342,20 @@ func (s *coalesced) hold(q *itemQueue) {
 	if len(batch) == 0 {
 		return
 	}
-	if nt, ok := held.(nextTokener); ok && s.stream > 0 {
-		var closed bool
-		written, closed = s.streamHold(ctx, lockCtx, hl, nt, q, batch)
-		if closed {
+	// StreamAlone: a hold that nobody else wants as it begins streams (and stops admitting
+	// once it is wanted); one already wanted sells the batch it was taken for. A hold that
+	// had to wait for its lock, or whose worker did lately, is not asked: other processes
+	// take turns with it (round-robin balancing), and asking would cost every hold a round trip.
+	if nt, ok := held.(nextTokener); ok && (s.stream > 0 || s.alone && s.uncontested(q) && s.wanted(lockCtx, q, hl) == 0) {
+		var yield bool
+		written, yield = s.streamHold(ctx, lockCtx, hl, nt, q, batch)
+		if yield && !s.inTurn() {
 			q.pause = streamYield
 		}
 		return
 	}
 	replies, written = s.sell(ctx, lockCtx, hl, q, batch)
-	if waited > contended {
-		q.shared = got
-	}
-	q.pause = 0
-	if time.Since(q.shared) < sharedFor {
-		// Other processes want the lock too (coalesce_turns.go). Alone with the item (routed
-		// by item), a worker never waits for its lock and never pauses.
-		q.pause = holdPause(batch)
-		if q.pause > 0 && waited > contended {
-			// This hold waited for it: pause as long as this hold kept it, so that the lock
-			// goes round them before this worker asks again (a pause shorter than a hold lets
-			// it race the waiter that lost the last turn, and a waiter may lose many turns in
-			// a row).
-			q.pause = max(q.pause, min(time.Since(got), maxContendedPause))
-		}
-	}
+	s.pauseAfter(q, batch, got, waited)
 }
 
 // reply is an answer a hold gives once its lock is released.

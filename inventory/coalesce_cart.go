@@ -61,15 +61,19 @@ type otherLock struct {
 	written bool            // a write used token: a streaming hold's next write draws another
 }
 
-// releaseAll gives every lock of the hold back, concurrently (one round trip to Redis for all
-// of them, not one each, while the anchor's lock, the hot one, is still held).
+// releaseAll gives every lock of the hold back: the other locks first, concurrently (one
+// round trip to Redis for all of them, not one each), then the anchor's. In that order, the
+// next holder of the anchor's lock (another process's hold of the same hot item) finds the
+// other locks of its carts free; released together, the anchor's release could reach Redis
+// first, and that hold would leave its carts queued for the lock still being released, one
+// whole turn of the item's lock each time.
 func (s *coalesced) releaseAll(ctx context.Context, hl *holdLocks) {
 	var wg sync.WaitGroup
 	for _, o := range hl.others {
 		wg.Go(func() { s.release(ctx, o.held) }) // owner: releaseAll, which waits for it
 	}
-	s.release(ctx, hl.anchor)
 	wg.Wait()
+	s.release(ctx, hl.anchor)
 }
 
 // carts reports whether carts can be coalesced over s's locker (it takes a lock without waiting).

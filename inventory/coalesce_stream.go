@@ -2,7 +2,9 @@ package inventory
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,14 +34,16 @@ type nextTokener interface {
 	NextToken(ctx context.Context) (int64, error)
 }
 
-// streamHold serves a hold that keeps admitting (Config.StreamHold): the work of each admitted
-// purchase starts at once, and the purchases whose work has completed are written together
-// while the others work. Buyers who arrive during the hold are admitted while it is younger
-// than the stream window, its lock is held and they fit beside the units already admitted; each
-// write's buyers are answered as soon as it is decided. Each write after the first draws a new
-// fencing token from the lock (the fence accepts each token once, and in order). The hold ends
-// once no purchase is left working; it returns the number of orders written.
-func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt nextTokener, q *itemQueue, batch []*waiter) (written int, windowClosed bool) {
+// streamHold serves a hold that keeps admitting (Config.StreamHold, Config.StreamAlone): the
+// work of each admitted purchase starts at once, and the purchases whose work has completed
+// are written together while the others work. Buyers who arrive during the hold are admitted
+// while its lock is held, they fit beside the units already admitted, and the hold is younger
+// than the stream window or (StreamAlone) nobody else wants its locks; each write's buyers are
+// answered as soon as it is decided. Each write after the first draws a new fencing token from
+// the lock (the fence accepts each token once, and in order). The hold ends once no purchase is
+// left working; it returns the number of orders written and whether it stopped admitting
+// because its window closed or its locks were wanted (the worker then yields the lock).
+func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt nextTokener, q *itemQueue, batch []*waiter) (written int, yield bool) {
 	held := hl.anchor
 	finished := make(chan *waiter, s.maxBatch)
 	working, reserved := 0, 0
@@ -56,8 +60,20 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 		}
 	}
 	start(batch)
-	window := time.NewTimer(s.stream)
-	defer window.Stop()
+	// passed: the window is over; from then on a StreamAlone hold admits while its locks
+	// are not wanted, asking after each write (at most every contentionEvery).
+	var windowC <-chan time.Time
+	passed := s.stream <= 0
+	if !passed {
+		window := time.NewTimer(s.stream)
+		defer window.Stop()
+		windowC = window.C
+	}
+	var asked time.Time
+	wanted := func() bool {
+		asked = time.Now()
+		return s.wanted(lockCtx, q, hl) > 0
+	}
 	open, lost := true, lockCtx.Done()
 	token := held.Token()
 	for working > 0 {
@@ -92,9 +108,15 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			for _, r := range replies {
 				r.send()
 			}
+			if open && passed && time.Since(asked) >= contentionEvery && wanted() {
+				open, yield = false, true
+			}
 		case <-q.wake:
-		case <-window.C:
-			open, windowClosed = false, true
+		case <-windowC:
+			windowC, passed = nil, true
+			if !s.alone || wanted() {
+				open, yield = false, true
+			}
 		case <-lost:
 			open, lost = false, nil
 		}
@@ -102,5 +124,55 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			start(s.takeOthers(ctx, q, hl, s.admit(q, q.stock-reserved, s.maxBatch-working)))
 		}
 	}
-	return written, windowClosed
+	return written, yield
+}
+
+// waitersCounter is a Held that can count the Obtains of other owners waiting for its key
+// (locking.Lock.Waiters).
+type waitersCounter interface {
+	Waiters(ctx context.Context) (int, error)
+}
+
+// contentionEvery is how often at most a streaming hold past its window asks whether its
+// locks are wanted: after a write, so at most once per write, and not more often than this.
+const contentionEvery = 2 * time.Millisecond
+
+// wanted tells how much the hold hl of q's item is wanted elsewhere: the number of other
+// Obtains waiting for its anchor's lock (about the number of processes that wait for it), at
+// least 1 when one waits for a lock the hold took for a cart (asked concurrently) or when a
+// cart of q's queue was left waiting maxCartSkips times for another lock (the next hold takes
+// that lock first, waiting, holding nothing: takeStarving). A lock that cannot tell, or an
+// error, counts as wanted: the hold then lets go, as it would without StreamAlone.
+func (s *coalesced) wanted(ctx context.Context, q *itemQueue, hl *holdLocks) int {
+	s.mu.Lock()
+	starving := slices.ContainsFunc(q.pending, func(w *waiter) bool {
+		return w.cart != nil && w.cart.skips >= maxCartSkips && w.state.Load() != stateAbandoned
+	})
+	s.mu.Unlock()
+	count := func(h Held) int {
+		c, ok := h.(waitersCounter)
+		if !ok {
+			return 1
+		}
+		n, err := c.Waiters(ctx)
+		if err != nil {
+			return 1
+		}
+		return n
+	}
+	var others atomic.Bool
+	var wg sync.WaitGroup
+	for _, o := range hl.others {
+		wg.Go(func() { // owner: wanted, which waits for it
+			if count(o.held) > 0 {
+				others.Store(true)
+			}
+		})
+	}
+	n := count(hl.anchor)
+	wg.Wait()
+	if n == 0 && (starving || others.Load()) {
+		n = 1
+	}
+	return n
 }

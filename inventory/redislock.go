@@ -17,7 +17,7 @@ var _ Held = (*locking.Lock)(nil)
 // (Redis unreachable, client closed, Options.Replicas refused) to ErrUnavailable.
 // It is also a MultiLocker (Client.ObtainMany), for carts and holds.
 func NewLocker(c *locking.Client) Locker {
-	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain, try: c.TryObtain}, many: c.ObtainMany}
+	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain, try: c.TryObtain, fair: c.ObtainFair}, many: c.ObtainMany}
 }
 
 // NewRedlockLocker adapts a locking.Redlock (a lock held on a quorum of independent Redis
@@ -30,6 +30,18 @@ func NewRedlockLocker(r *locking.Redlock) Locker {
 // redisLocker adapts the Obtain and TryObtain of a locking.Client or locking.Redlock.
 type redisLocker struct {
 	obtain, try func(ctx context.Context, key string, opts ...locking.ObtainOption) (*locking.Lock, error)
+	fair        func(ctx context.Context, key string, opts ...locking.ObtainOption) (*locking.Lock, error) // nil for Redlock
+}
+
+// ObtainInTurn is Obtain in first-come order across processes (locking.Client.ObtainFair): the
+// lock goes to the longest waiting, so that a process that takes it again and again does not
+// overtake the others (the coalesced holds of a hot item, turn after turn). Redlock has no
+// queue: its Obtain.
+func (r redisLocker) ObtainInTurn(ctx context.Context, key string, floor int64) (Held, error) {
+	if r.fair == nil {
+		return r.take(ctx, r.obtain, key, floor)
+	}
+	return r.take(ctx, r.fair, key, floor)
 }
 
 func (r redisLocker) Obtain(ctx context.Context, key string, floor int64) (Held, error) {

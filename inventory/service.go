@@ -43,6 +43,15 @@ type Config struct {
 	// to one process: one hold then serves them all, at the price of other processes' buyers
 	// of the item (and carts of it) waiting up to that long.
 	StreamHold time.Duration
+	// StreamAlone makes a coalesced hold of lock+guard (not redlock+guard) stream while
+	// nobody else wants its locks: it keeps admitting the buyers who arrive, past StreamHold,
+	// until another Obtain waits for its item's lock or for a lock it took for a cart
+	// (locking.Lock.Contended, asked at its start and after its writes), or a cart of its queue
+	// has been left waiting too often for another lock (coalesce_cart.go). Behind a balancer
+	// that sends each item to one process, one hold then serves the item's buyers for as
+	// long as they come, and the lock still passes on as soon as another process asks for it.
+	// Default false; the storefront's --stream-alone is true.
+	StreamAlone bool
 	// Holds, if set, receives every coalesced lock hold (metrics).
 	Holds HoldObserver
 

@@ -74,7 +74,7 @@ var builtinStrategies = []Strategy{
 	{StrategyInfo: StrategyInfo{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Locks: true,
 		Safety: "as lock+guard", Redlock: true},
 		build: func(d deps, cfg Config) strategy {
-			cfg.StreamHold = 0 // Redlock issues one token per hold: no streaming (coalesce.go)
+			cfg.StreamHold, cfg.StreamAlone = 0, false // Redlock issues one token per hold: no streaming (coalesce.go)
 			return newLockGuard(d, cfg.Redlock, StrategyRedlockGuard, cfg)
 		}},
 }
@@ -206,7 +206,7 @@ func newLockGuard(d deps, l Locker, name string, cfg Config) strategy {
 	if cfg.MaxBatch == 1 {
 		return single
 	}
-	return holdRouter{single: single, coalesced: newCoalesced(d, l, name, cfg.MaxBatch, cfg.OnRedisDown, cfg.StreamHold)}
+	return holdRouter{single: single, coalesced: newCoalesced(d, l, name, cfg)}
 }
 
 // holdRouter sends a purchase that carries an Interceptor to the one-purchase-per-hold path,

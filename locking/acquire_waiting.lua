@@ -1,6 +1,6 @@
 -- acquire_waiting.lua: acquire.lua for an Obtain that waits when the lock is taken. It records
--- the caller's interest, so that the holder can ask whether anyone waits (contended.lua,
--- Lock.Contended): a failed attempt adds the owner to the waiting set, due to lapse a little
+-- the caller's interest, so that the holder can ask whether anyone waits (waiters.lua,
+-- Lock.Waiters): a failed attempt adds the owner to the waiting set, due to lapse a little
 -- after the holder's remaining lease (ARGV[5] ms later), when the waiter tries again and renews
 -- it; a successful one removes it. Entries past their time (a waiter that died) are dropped.
 -- KEYS[1..3] as acquire.lua, KEYS[4] the waiting set (sorted set: owner -> when its interest

@@ -128,7 +128,10 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 func (c *Client) fairKind() *kind {
 	return &kind{reentry: reenterRedis, release: c.fairRelease, forget: c.fairForget, ttl: c.ttl, renew: c.renew,
 		debt: func(h *hold) func(context.Context) error { return c.fairPay(h.k, h.owner) },
-		contended: func(ctx context.Context, h *hold) (bool, error) { // every waiter keeps a place in the queue
+		refence: func(ctx context.Context, h *hold) (int64, error) { // the core lock's hash and counter
+			return refenceScript.Run(ctx, c.rdb, []string{h.k.hash, h.k.fence}, h.owner).Int64()
+		},
+		waiters: func(ctx context.Context, h *hold) (int, error) { // every waiter keeps a place in the queue
 			return c.waitersIn(ctx, h.k.fair().timeouts, h.owner)
 		}}
 }

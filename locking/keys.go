@@ -22,7 +22,7 @@ type Keys struct {
 //	                     Redis after its clean-up (late, on another connection) takes nothing
 //	P{K}:waiting         sorted set: owner of a waiting Obtain -> when its interest lapses
 //	                     (ms, Redis clock): a little after the lease its last attempt saw,
-//	                     when it tries again; Lock.Contended counts it
+//	                     when it tries again; Lock.Waiters counts it
 //
 // The fair lock (Client.ObtainFair) is the same lock with a queue of waiters beside it:
 //
@@ -71,7 +71,7 @@ func (c *Client) keysFor(key string) keys {
 // clean-up of an owner that gave up, honoured by the acquire scripts for one lease.
 func (k keys) gone(owner string) string { return k.hash + ":gone:" + owner }
 
-// waiting is the set of owners waiting for k (acquire_waiting.lua): what Lock.Contended counts.
+// waiting is the set of owners waiting for k (acquire_waiting.lua): what Lock.Waiters counts.
 func (k keys) waiting() string { return k.hash + ":waiting" }
 
 // fairKeys are the queue's names of k; turn + owner is a waiter's channel.

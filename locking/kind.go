@@ -39,9 +39,9 @@ type kind struct {
 	// refence issues h a new fencing token if h still holds the key, or returns -1 (see
 	// Lock.NextToken); nil for a kind that cannot (its tokens are not one counter's).
 	refence func(ctx context.Context, h *hold) (int64, error)
-	// contended reports whether another owner waits for h's key (see Lock.Contended); nil
-	// for a kind that does not record its waiters (Redlock, the semaphore).
-	contended func(ctx context.Context, h *hold) (bool, error)
+	// waiters counts the other owners waiting for h's key (see Lock.Waiters); nil for a
+	// kind that does not record its waiters (Redlock, the semaphore).
+	waiters func(ctx context.Context, h *hold) (int, error)
 }
 
 // reentry is how a kind re-enters a hold under a context that carries it.
@@ -69,22 +69,23 @@ func (c *Client) coreKind() *kind {
 		refence: func(ctx context.Context, h *hold) (int64, error) {
 			return refenceScript.Run(ctx, c.rdb, []string{h.k.hash, h.k.fence}, h.owner).Int64()
 		},
-		contended: func(ctx context.Context, h *hold) (bool, error) {
+		waiters: func(ctx context.Context, h *hold) (int, error) {
+			n, err := c.waitersIn(ctx, h.k.waiting(), h.owner)
 			// A waiter of this Client queued behind another of its waiters has not tried
-			// yet, so it is not in the waiting set: the notifier knows it.
-			if c.notify.queued(h.k.channel) {
-				return true, nil
+			// yet, so it may not be in the waiting set: the notifier knows it.
+			if err == nil && n == 0 && c.notify.queued(h.k.channel) {
+				n = 1
 			}
-			return c.waitersIn(ctx, h.k.waiting(), h.owner)
+			return n, err
 		},
 	}
 }
 
-// waitersIn reports whether set, a sorted set of waiting owners scored by when each one's
-// interest lapses (contended.lua), holds one other than owner whose interest has not lapsed.
-func (c *Client) waitersIn(ctx context.Context, set, owner string) (bool, error) {
-	n, err := contendedScript.Run(ctx, c.rdb, []string{set}, owner).Int64()
-	return n > 0, err
+// waitersIn counts the owners other than owner in set, a sorted set of waiting owners scored by
+// when each one's interest lapses, whose interest has not lapsed (waiters.lua).
+func (c *Client) waitersIn(ctx context.Context, set, owner string) (int, error) {
+	n, err := waitersScript.Run(ctx, c.rdb, []string{set}, owner).Int64()
+	return int(n), err
 }
 
 // renew extends the lease of h if h still holds the key (renew.lua). Under Options.Replicas

@@ -78,31 +78,33 @@ func (l *Lock) NextToken(ctx context.Context) (int64, error) {
 	return token, nil
 }
 
-// Contended reports whether another Obtain waits for the key now: one of this Client queued
-// for it, or one of any client whose last attempt found the key taken (it recorded its owner
-// in the key's waiting set, P{K}:waiting, until a little after the lease that attempt saw,
-// when it tries again; it leaves the set when it takes the lock or gives up). A fair lock's
-// waiters are its queue. A holder that could keep the lock for long, serving its own callers
-// one after another, asks it to know when to let go (inventory's streaming holds do). It is a
-// hint, not a promise: a waiter may arrive or leave right after the answer, one that died
-// counts until its entry lapses, and TryObtain never waits, so it never counts. It fails with
-// ErrNotHeld once this Lock is released or lost, with an error wrapping errors.ErrUnsupported
-// for Redlock and the semaphore, or with Redis's error.
-func (l *Lock) Contended(ctx context.Context) (bool, error) {
+// Waiters counts the other Obtains that wait for the key now: those of any client whose last
+// attempt found the key taken (each recorded its owner in the key's waiting set, P{K}:waiting,
+// until a little after the lease that attempt saw, when it tries again; it leaves the set when
+// it takes the lock or gives up), and at least one when a waiter of this Client is queued for
+// it. A fair lock's waiters are its queue. Waiters of one Client queued behind its first are
+// not counted until they try, so the count is close to the number of processes waiting. A
+// holder that could keep the lock for long, serving its own callers one after another, asks it
+// to know when to let go, and how many turns to leave to others (inventory's streaming holds
+// do). It is a hint, not a promise: a waiter may arrive or leave right after the answer, one
+// that died counts until its entry lapses, and TryObtain never waits, so it never counts. It
+// fails with ErrNotHeld once this Lock is released or lost, with an error wrapping
+// errors.ErrUnsupported for Redlock and the semaphore, or with Redis's error.
+func (l *Lock) Waiters(ctx context.Context) (int, error) {
 	if err := l.Err(); err != nil {
-		return false, err
+		return 0, err
 	}
 	h := l.h
-	if h.kind.contended == nil {
-		return false, fmt.Errorf("locking: contended %q: %w", h.k.name, errors.ErrUnsupported)
+	if h.kind.waiters == nil {
+		return 0, fmt.Errorf("locking: waiters of %q: %w", h.k.name, errors.ErrUnsupported)
 	}
 	cctx, cancel := context.WithTimeout(ctx, h.c.callTimeout)
 	defer cancel()
-	busy, err := h.kind.contended(cctx, h)
+	n, err := h.kind.waiters(cctx, h)
 	if err != nil {
-		return false, fmt.Errorf("locking: contended %q: %w", h.k.name, err)
+		return 0, fmt.Errorf("locking: waiters of %q: %w", h.k.name, err)
 	}
-	return busy, nil
+	return n, nil
 }
 
 // Done returns a channel closed when the lock is lost or this Lock is released. A nil Lock

@@ -160,7 +160,7 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 // caller records (shortfall) and does not end its wait with.
 //
 // With wait (an Obtain that waits, not TryObtain), the attempt runs acquire_waiting.lua: a failed
-// one records owner as waiting for k, a successful one removes it (Lock.Contended).
+// one records owner as waiting for k, a successful one removes it (Lock.Waiters).
 func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int64, wait bool) (token int64, sent time.Time, hint time.Duration, err error) {
 	if err := ctx.Err(); err != nil { // nothing sent: nothing to clean up
 		return 0, sent, 0, errors.Join(ErrNotObtained, err)

@@ -18,9 +18,9 @@ var (
 	acquireWaitingLua    string
 	acquireWaitingScript = redis.NewScript(include(acquireWaitingLua, "acquire.lua", acquireLua))
 
-	//go:embed contended.lua
-	contendedLua    string
-	contendedScript = redis.NewScript(contendedLua)
+	//go:embed waiters.lua
+	waitersLua    string
+	waitersScript = redis.NewScript(waitersLua)
 
 	//go:embed release.lua
 	releaseLua    string

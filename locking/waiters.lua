@@ -1,4 +1,4 @@
--- contended.lua: how many owners wait for the lock, by a sorted set of waiting owners whose
+-- waiters.lua: how many owners wait for the lock, by a sorted set of waiting owners whose
 -- scores are when each one's interest lapses (ms on the server clock): the core lock's
 -- waiting set (acquire_waiting.lua) or the fair lock's queue timeouts (fair_acquire.lua).
 -- KEYS[1] the sorted set; ARGV[1] an owner not to count (the holder's)

@@ -13,14 +13,22 @@ import (
 	"github.com/stockguard/stockguard/internal/redistest"
 )
 
-// contended polls l.Contended until it answers want or five seconds pass.
-func eventuallyContended(t *testing.T, ctx context.Context, l *Lock, want bool, why string) {
+// eventuallyWaiters polls l.Waiters until it answers want or five seconds pass.
+func eventuallyWaiters(t *testing.T, ctx context.Context, l *Lock, want int, why string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		got, err := l.Contended(ctx)
+		got, err := l.Waiters(ctx)
 		require.NoError(t, err)
 		return got == want
-	}, 5*time.Second, 5*time.Millisecond, "Contended should become %v: %s", want, why)
+	}, 5*time.Second, 5*time.Millisecond, "Waiters should become %d: %s", want, why)
+}
+
+// waiters is l.Waiters, which must not fail.
+func waiters(t *testing.T, ctx context.Context, l *Lock) int {
+	t.Helper()
+	n, err := l.Waiters(ctx)
+	require.NoError(t, err)
+	return n
 }
 
 // waitFor starts an Obtain of key by c that waits (at most wait), and returns its result channel.
@@ -39,7 +47,7 @@ func waitFor(ctx context.Context, c *Client, key string, wait time.Duration) <-c
 // A holder learns when an Obtain of another process waits for its key, and when it stops
 // waiting: by giving up, or by taking the lock. A TryObtain that fails never counts, and the
 // holder's own entry never counts for itself.
-func TestContendedByAnotherClient(t *testing.T) {
+func TestWaitersByAnotherClient(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 60*time.Second)
@@ -50,25 +58,19 @@ func TestContendedByAnotherClient(t *testing.T) {
 
 	l, err := holder.Obtain(ctx, key)
 	require.NoError(t, err)
-	busy, err := l.Contended(ctx)
-	require.NoError(t, err)
-	assert.False(t, busy, "nobody waits")
+	assert.Zero(t, waiters(t, ctx, l), "nobody waits")
 
 	_, err = other.TryObtain(ctx, key)
 	require.ErrorIs(t, err, ErrNotObtained)
-	busy, err = l.Contended(ctx)
-	require.NoError(t, err)
-	assert.False(t, busy, "a TryObtain does not wait, so it does not count")
+	assert.Zero(t, waiters(t, ctx, l), "a TryObtain does not wait, so it does not count")
 
 	// A waiter that gives up leaves the set at once.
 	wctx, cancel := context.WithCancel(ctx)
 	gaveUp := waitFor(wctx, other, key, time.Minute)
-	eventuallyContended(t, ctx, l, true, "another client's Obtain waits")
+	eventuallyWaiters(t, ctx, l, 1, "another client's Obtain waits")
 	cancel()
 	require.ErrorIs(t, <-gaveUp, ErrNotObtained)
-	busy, err = l.Contended(ctx)
-	require.NoError(t, err)
-	assert.False(t, busy, "the waiter gave up and left the set")
+	assert.Zero(t, waiters(t, ctx, l), "the waiter gave up and left the set")
 
 	// A waiter that takes the lock leaves the set, and does not see itself as waiting.
 	took := make(chan *Lock, 1)
@@ -77,13 +79,11 @@ func TestContendedByAnotherClient(t *testing.T) {
 		assert.NoError(t, err)
 		took <- nl
 	}()
-	eventuallyContended(t, ctx, l, true, "a second waiter")
+	eventuallyWaiters(t, ctx, l, 1, "a second waiter")
 	require.NoError(t, l.Release(ctx))
 	nl := <-took
 	require.NotNil(t, nl)
-	busy, err = nl.Contended(ctx)
-	require.NoError(t, err)
-	assert.False(t, busy, "the new holder is not waiting for itself")
+	assert.Zero(t, waiters(t, ctx, nl), "the new holder is not waiting for itself")
 	n, err := rdb.ZCard(ctx, waiting).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the waiting set is empty once its waiter holds the lock")
@@ -92,13 +92,13 @@ func TestContendedByAnotherClient(t *testing.T) {
 	assert.Zero(t, exists, "and Redis has dropped it")
 	require.NoError(t, nl.Release(ctx))
 
-	_, err = nl.Contended(ctx)
+	_, err = nl.Waiters(ctx)
 	assert.ErrorIs(t, err, ErrNotHeld, "after release")
 }
 
 // A goroutine of the holder's own process that waits (a plain context, not the lock's) counts:
 // the process's notifier knows its queued waiters before any of them has tried.
-func TestContendedBySameClient(t *testing.T) {
+func TestWaitersBySameClient(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 30*time.Second)
@@ -109,17 +109,17 @@ func TestContendedBySameClient(t *testing.T) {
 
 	wctx, cancel := context.WithCancel(ctx)
 	first, second := waitFor(wctx, c, key, time.Minute), waitFor(wctx, c, key, time.Minute)
-	eventuallyContended(t, ctx, l, true, "two goroutines of the same Client wait")
+	eventuallyWaiters(t, ctx, l, 1, "two goroutines of the same Client wait: the first has tried, the second is queued behind it")
 	cancel()
 	require.ErrorIs(t, <-first, ErrNotObtained)
 	require.ErrorIs(t, <-second, ErrNotObtained)
-	eventuallyContended(t, ctx, l, false, "both gave up")
+	eventuallyWaiters(t, ctx, l, 0, "both gave up")
 	require.NoError(t, l.Release(ctx))
 }
 
 // A waiter that died after its attempt (no give-up, no retry) counts only until its entry
 // lapses: a little after the lease its attempt saw. The holder's watchdog keeps renewing.
-func TestContendedWaiterThatDiedLapses(t *testing.T) {
+func TestWaitersWaiterThatDiedLapses(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 30*time.Second)
@@ -136,16 +136,14 @@ func TestContendedWaiterThatDiedLapses(t *testing.T) {
 		"dead", lease.Milliseconds(), "0", "0", c.interestMargin().Milliseconds()).Int64Slice()
 	require.NoError(t, err)
 	require.Equal(t, int64(0), res[0], "the lock is held: the attempt fails and records its owner")
-	busy, err := l.Contended(ctx)
-	require.NoError(t, err)
-	assert.True(t, busy, "the dead waiter counts while its entry lasts")
-	eventuallyContended(t, ctx, l, false, "its entry lapsed (lease seen + margin)")
+	assert.Equal(t, 1, waiters(t, ctx, l), "the dead waiter counts while its entry lasts")
+	eventuallyWaiters(t, ctx, l, 0, "its entry lapsed (lease seen + margin)")
 	require.NoError(t, l.Err(), "the watchdog kept the lock meanwhile")
 	require.NoError(t, l.Release(ctx))
 }
 
 // The fair lock's waiters are its queue; Redlock and the semaphore do not record theirs.
-func TestContendedByKind(t *testing.T) {
+func TestWaitersByKind(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 30*time.Second)
@@ -154,16 +152,14 @@ func TestContendedByKind(t *testing.T) {
 
 	l, err := c.ObtainFair(ctx, key)
 	require.NoError(t, err)
-	busy, err := l.Contended(ctx)
-	require.NoError(t, err)
-	assert.False(t, busy)
+	assert.Zero(t, waiters(t, ctx, l))
 	wctx, cancel := context.WithCancel(ctx)
 	got := make(chan error, 1)
 	go func() {
 		_, err := other.ObtainFair(wctx, key, WithWait(time.Minute))
 		got <- err
 	}()
-	eventuallyContended(t, ctx, l, true, "a fair waiter is queued")
+	eventuallyWaiters(t, ctx, l, 1, "a fair waiter is queued")
 	cancel()
 	require.Error(t, <-got)
 	require.NoError(t, l.Release(ctx))
@@ -172,7 +168,7 @@ func TestContendedByKind(t *testing.T) {
 	t.Cleanup(func() { _ = rl.Close() })
 	r, err := rl.Obtain(ctx, uniqueKey(t))
 	require.NoError(t, err)
-	_, err = r.Contended(ctx)
+	_, err = r.Waiters(ctx)
 	assert.True(t, errors.Is(err, errors.ErrUnsupported), "Redlock: %v", err)
 	require.NoError(t, r.Release(ctx))
 
@@ -180,7 +176,36 @@ func TestContendedByKind(t *testing.T) {
 	t.Cleanup(func() { _ = sem.Close() })
 	p, err := sem.Acquire(ctx, uniqueKey(t))
 	require.NoError(t, err)
-	_, err = p.Contended(ctx)
+	_, err = p.Waiters(ctx)
 	assert.True(t, errors.Is(err, errors.ErrUnsupported), "semaphore: %v", err)
 	require.NoError(t, p.Release(ctx))
+}
+
+// Each waiting process counts once: three clients wait, three waiters; as each takes its turn,
+// one fewer.
+func TestWaitersCountsProcesses(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, srv, nil)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	took := make(chan *Lock, 3)
+	for range 3 {
+		other := newClient(t, srv, nil)
+		go func() {
+			nl, err := other.Obtain(ctx, key, WithWait(time.Minute))
+			assert.NoError(t, err)
+			took <- nl
+		}()
+	}
+	eventuallyWaiters(t, ctx, l, 3, "three other clients wait")
+	require.NoError(t, l.Release(ctx))
+	for left := 2; left >= 0; left-- {
+		nl := <-took
+		require.NotNil(t, nl)
+		eventuallyWaiters(t, ctx, nl, left, "one fewer after each turn")
+		require.NoError(t, nl.Release(ctx))
+	}
 }
