@@ -152,7 +152,7 @@ func (s *coalesced) takeStarving(ctx context.Context, q *itemQueue) (*holdLocks,
 	s.log.DebugContext(ctx, "carts left queued too often: taking their locks in item order", "anchor", q.id, "carts", len(starving), "locks", len(floors))
 	hl := &holdLocks{others: make(map[int64]*otherLock)}
 	for _, id := range slices.Sorted(maps.Keys(floors)) {
-		held, err := obtain(ctx, s.locker, id, floors[id])
+		held, err := s.obtainInTurn(ctx, id, floors[id])
 		if err != nil {
 			if hl.anchor != nil {
 				s.releaseAll(ctx, hl)

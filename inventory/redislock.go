@@ -17,7 +17,9 @@ var _ Held = (*locking.Lock)(nil)
 // (Redis unreachable, client closed, Options.Replicas refused) to ErrUnavailable.
 // It is also a MultiLocker (Client.ObtainMany), for carts and holds.
 func NewLocker(c *locking.Client) Locker {
-	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain, try: c.TryObtain, fair: c.ObtainFair}, many: c.ObtainMany}
+	// The coalesced holds take every lock in turn (ObtainInTurn, and TryObtain never ahead of
+	// a queued hold): a fair lock's waiter is woken by the release of a fair holder only.
+	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain, try: c.TryObtainFair, fair: c.ObtainFair}, many: c.ObtainMany}
 }
 
 // NewRedlockLocker adapts a locking.Redlock (a lock held on a quorum of independent Redis
@@ -49,7 +51,9 @@ func (r redisLocker) Obtain(ctx context.Context, key string, floor int64) (Held,
 }
 
 // TryObtain is Obtain with one attempt and no wait (a coalesced hold takes its carts' other
-// locks so): ErrLockTimeout when the lock is held by another.
+// locks so): ErrLockTimeout when the lock is held by another. NewLocker's takes it in turn
+// (locking.Client.TryObtainFair): it also fails while a hold of another process is queued for
+// the lock.
 func (r redisLocker) TryObtain(ctx context.Context, key string, floor int64) (Held, error) {
 	return r.take(ctx, r.try, key, floor)
 }

@@ -40,7 +40,7 @@ func (l *Lock) Token() int64 {
 }
 
 // ErrNoNextToken is NextToken's error for a lock whose kind draws no more tokens during a
-// hold (Redlock, whose token is not one counter's; the fair lock; a semaphore permit).
+// hold (Redlock, whose token is not one counter's; a semaphore permit).
 var ErrNoNextToken = errors.New("locking: this kind of lock issues one fencing token per hold")
 
 // NextToken issues the hold a new fencing token, strictly greater than every token issued for

@@ -114,10 +114,43 @@ func TestNextTokenOtherKinds(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNoNextToken)
 	require.NoError(t, rl.Release(ctx))
 
-	c := newClient(t, srv, nil)
-	fl, err := c.ObtainFair(ctx, key+":fair")
+	sem := NewSemaphore(newRedis(t, srv), 2, nil)
+	t.Cleanup(func() { _ = sem.Close() })
+	p, err := sem.Acquire(ctx, key+":sem")
 	require.NoError(t, err)
-	_, err = fl.NextToken(ctx)
+	_, err = p.NextToken(ctx)
 	assert.ErrorIs(t, err, ErrNoNextToken)
+	require.NoError(t, p.Release(ctx))
+}
+
+// The fair lock is the core lock's hash and counter with a queue beside it: it draws tokens as
+// the core lock does, greater than the last, and the next holder's greater still; a draw by a
+// holder that lost the key issues nothing.
+func TestNextTokenFairLock(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, srv, nil)
+	key := uniqueKey(t)
+	fl, err := c.ObtainFair(ctx, key)
+	require.NoError(t, err)
+	first := fl.Token()
+	next, err := fl.NextToken(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, next, first)
+	assert.Equal(t, next, fl.Token())
 	require.NoError(t, fl.Release(ctx))
+
+	core, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	assert.Greater(t, core.Token(), next, "the core lock's next holder continues the same counter")
+	require.NoError(t, newRedis(t, srv).Del(ctx, c.RedisKey(key)).Err()) // the key is gone
+	_, err = core.NextToken(ctx)
+	assert.ErrorIs(t, err, ErrLost)
+
+	fl, err = c.ObtainFair(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, newRedis(t, srv).Del(ctx, c.RedisKey(key)).Err())
+	_, err = fl.NextToken(ctx)
+	assert.ErrorIs(t, err, ErrLost, "a fair holder that lost the key draws nothing")
 }
