@@ -274,8 +274,8 @@ func (s *coalesced) hold(q *itemQueue) {
 			return
 		}
 	}
-	var got time.Time        // when the anchor's lock was taken
-	var waited time.Duration // how long that took: another process held it
+	var got time.Time // when the anchor's lock was taken
+	waited := false   // it had to wait for it: another process held it
 	hl, answered := s.takeStarving(ctx, q)
 	if answered {
 		return
@@ -287,14 +287,14 @@ func (s *coalesced) hold(q *itemQueue) {
 		asked := time.Now()
 		held, err := s.obtainInTurn(ctx, q.id, q.fence)
 		got = time.Now()
-		waited = got.Sub(asked)
 		if err != nil {
 			s.obtainFailed(q, n, err)
 			return
 		}
+		waited = heldWaited(held, got.Sub(asked))
 		hl = &holdLocks{anchor: held, others: make(map[int64]*otherLock)}
 	}
-	if waited > contended {
+	if waited {
 		q.shared = got // other processes want the lock too
 	}
 	held := hl.anchor

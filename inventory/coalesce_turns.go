@@ -16,7 +16,8 @@ import (
 const streamYield = 10 * time.Millisecond
 
 // contended is the wait for the anchor's lock beyond which a worker takes it that another
-// process holds it too; maxContendedPause bounds the pause after such a hold.
+// process holds it too, when the lock cannot tell (heldWaited); maxContendedPause bounds the
+// pause after such a hold.
 const (
 	contended         = time.Millisecond
 	maxContendedPause = 50 * time.Millisecond
@@ -68,7 +69,7 @@ func (s *coalesced) inTurn() bool {
 // waiters get their turns. A worker that takes the lock in turn (turnLocker) would queue behind
 // them anyway, and pauses all the same: measured (docs/measured.md#carts), rejoining the queue
 // at once left the round-robin carts' p99 at 3.4x guard's, pausing at 2.8x.
-func (s *coalesced) pauseAfter(q *itemQueue, batch []*waiter, got time.Time, waited time.Duration) {
+func (s *coalesced) pauseAfter(q *itemQueue, batch []*waiter, got time.Time, waited bool) {
 	q.pause = 0
 	if time.Since(q.shared) >= sharedFor {
 		// Alone with the item (routed by item), a worker never waits for its lock and
@@ -76,7 +77,7 @@ func (s *coalesced) pauseAfter(q *itemQueue, batch []*waiter, got time.Time, wai
 		return
 	}
 	q.pause = holdPause(batch)
-	if q.pause > 0 && waited > contended {
+	if q.pause > 0 && waited {
 		// This hold waited for it: pause as long as this hold kept it, so that the lock goes
 		// round them before this worker asks again (a pause shorter than a hold lets it race
 		// the waiter that lost the last turn, and a waiter may lose many turns in a row).
@@ -88,4 +89,18 @@ func (s *coalesced) pauseAfter(q *itemQueue, batch []*waiter, got time.Time, wai
 // waited for the lock for sharedFor (the hold in progress included).
 func (s *coalesced) uncontested(q *itemQueue) bool {
 	return time.Since(q.shared) >= sharedFor
+}
+
+// waitedHeld is a Held that tells whether its Obtain had to wait (locking.Lock.Waited).
+type waitedHeld interface {
+	Waited() bool
+}
+
+// heldWaited reports whether the Obtain of h, which took took, had to wait for the lock:
+// another process held it. A lock that cannot tell is judged by the time it took.
+func heldWaited(h Held, took time.Duration) bool {
+	if w, ok := h.(waitedHeld); ok {
+		return w.Waited()
+	}
+	return took > contended
 }

@@ -24,6 +24,7 @@ type hold struct {
 	acquired time.Time
 	wd       *watchdog
 	kind     *kind // what its kind does in Redis (kind.go)
+	waited   bool  // its Obtain did not take it at its first attempt (set before Obtain returns)
 
 	mu      sync.Mutex
 	handles int            // Lock handles not yet released; the last stops the watchdog

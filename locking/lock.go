@@ -107,6 +107,14 @@ func (l *Lock) Waiters(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// Waited reports whether the Obtain that took the lock had to wait for it: its first attempt
+// found the key taken (or this Client's waiters queued for it), and it took the key on a later
+// one. False for a lock taken at once, a re-entered one, and nil. A holder that waited knows
+// that others take the key too (another process just held it), without asking Redis.
+func (l *Lock) Waited() bool {
+	return l != nil && l.h.waited
+}
+
 // Done returns a channel closed when the lock is lost or this Lock is released. A nil Lock
 // returns a closed channel.
 func (l *Lock) Done() <-chan struct{} {

@@ -137,6 +137,7 @@ func (c *Client) obtainKind(ctx context.Context, kd *kind, channel string, limit
 	if err := c.waitLoop(ctx, channel, limit, try); err != nil {
 		return nil, err
 	}
+	lock.h.waited = true
 	return lock, nil
 }
 

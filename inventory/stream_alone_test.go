@@ -1,0 +1,138 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/inventory"
+	"github.com/stockguard/stockguard/locking"
+)
+
+// aloneService is a lock+guard Service on a real lock whose holds stream while nobody else
+// wants their locks (StreamAlone, no StreamHold window): the storefront's default.
+func aloneService(t *testing.T, srv *redistest.Server, path string, holds *holdRecorder,
+	sleep func(context.Context, time.Duration) error) *inventory.Service {
+	t.Helper()
+	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	var obs inventory.HoldObserver
+	if holds != nil {
+		obs = holds
+	}
+	s := newService(t, inventory.Config{DB: openPath(t, path), Locker: inventory.NewLocker(lc), StreamAlone: true, Holds: obs, Sleep: sleep})
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// With no window at all, a hold that nobody else wants admits a buyer who arrives while it
+// works: the late buyer is sold while the first buyer's work is still running (it ends only
+// then), both under one hold, each write on its own token.
+func TestStreamAloneAdmitsLateBuyers(t *testing.T) { forEachBackend(t, testStreamAloneAdmitsLateBuyers) }
+
+func testStreamAloneAdmitsLateBuyers(t *testing.T, be backend) {
+	srv := redistest.Start(t)
+	_, path := openDB(t, be)
+	lateSold := make(chan struct{})
+	var calls atomic.Int32
+	holds := &holdRecorder{}
+	s := aloneService(t, srv, path, holds, func(ctx context.Context, d time.Duration) error {
+		if calls.Add(1) == 2 { // the late buyer's work
+			return nil
+		}
+		select { // the first buyer's work ends only once the late one is sold
+		case <-lateSold:
+			return nil
+		case <-time.After(20 * time.Second):
+			return errors.New("the late buyer was not admitted into the running hold")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	id := resetItems(t, s, 10)[0]
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: inventory.StrategyLockGuard, Work: time.Second})
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, time.Millisecond, "the first buyer works")
+	_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 3, Strategy: inventory.StrategyLockGuard, Work: time.Second})
+	require.NoError(t, err)
+	close(lateSold)
+	require.NoError(t, <-first)
+	require.Eventually(t, func() bool { return len(holds.get()) > 0 }, 10*time.Second, time.Millisecond, "the hold is over")
+	assert.Equal(t, []int{2}, holds.get(), "one hold sold to both")
+	orders := ordersOf(t, s, id)
+	require.Len(t, orders, 2)
+	assertFenceOrder(t, orders)
+	assert.Equal(t, 5, statsOf(t, s, id).Stock)
+}
+
+// A hold that streams for a busy process lets go as soon as another process waits for one of
+// its locks: the hot item's own lock (a purchase of it in process b), or the lock of a cold
+// item it took for a cart ({hot, cold} carts in process a, a purchase of the cold item in b).
+// While b's buyer waits, a sells only what its hold had admitted before it noticed (at most
+// its buyers in flight, 32, and the few admitted between two looks): without the look, the
+// hold would stream on for as long as a's buyers keep coming.
+func TestStreamAloneLetsGoForAnotherProcess(t *testing.T) {
+	be := sqliteBackend // the write is the coalesced one, tested on both backends elsewhere
+	srv := redistest.Start(t)
+	_, path := openDB(t, be)
+	a := aloneService(t, srv, path, nil, nil)
+	b := aloneService(t, srv, path, nil, nil)
+	ids := resetItems(t, a, 1_000_000, 1_000_000)
+	hot, cold := ids[0], ids[1]
+
+	for _, tc := range []struct {
+		name string
+		buy  func(ctx context.Context) error // one of a's buyers
+		item int64                           // what b buys
+	}{
+		{"the anchor's lock", func(ctx context.Context) error {
+			_, err := a.Purchase(ctx, inventory.PurchaseRequest{ItemID: hot, Quantity: 1, Work: 5 * time.Millisecond})
+			return err
+		}, hot},
+		{"a cart's other lock", func(ctx context.Context) error {
+			_, err := a.Checkout(ctx, inventory.CheckoutRequest{Lines: lines(hot, 1, cold, 1), Work: 5 * time.Millisecond})
+			return err
+		}, cold},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, stop := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			var sold atomic.Int64
+			for range 32 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						if tc.buy(ctx) == nil {
+							sold.Add(1)
+						}
+					}
+				})
+			}
+			defer func() { stop(); wg.Wait() }()
+			require.Eventually(t, func() bool { return sold.Load() > 100 }, 20*time.Second, 10*time.Millisecond, "a sells")
+			for i := range 5 {
+				before := sold.Load()
+				bctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+				_, err := b.Purchase(bctx, inventory.PurchaseRequest{ItemID: tc.item, Quantity: 1})
+				cancel()
+				require.NoError(t, err, "b's purchase %d", i)
+				during := sold.Load() - before
+				t.Logf("b's purchase %d: a sold %d while it waited", i, during)
+				assert.LessOrEqual(t, during, int64(3*32), "a's hold let go once b waited")
+			}
+			stop()
+			wg.Wait()
+			assertBalanced(t, a)
+			assertFenceOrder(t, ordersOf(t, a, tc.item))
+		})
+	}
+}
