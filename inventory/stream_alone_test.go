@@ -35,7 +35,9 @@ func aloneService(t *testing.T, srv *redistest.Server, path string, holds *holdR
 // With no window at all, a hold that nobody else wants admits a buyer who arrives while it
 // works: the late buyer is sold while the first buyer's work is still running (it ends only
 // then), both under one hold, each write on its own token.
-func TestStreamAloneAdmitsLateBuyers(t *testing.T) { forEachBackend(t, testStreamAloneAdmitsLateBuyers) }
+func TestStreamAloneAdmitsLateBuyers(t *testing.T) {
+	forEachBackend(t, testStreamAloneAdmitsLateBuyers)
+}
 
 func testStreamAloneAdmitsLateBuyers(t *testing.T, be backend) {
 	srv := redistest.Start(t)
