@@ -346,7 +346,7 @@ func (s *coalesced) hold(q *itemQueue) {
 	// once it is wanted); one already wanted sells the batch it was taken for. A hold that
 	// had to wait for its lock, or whose worker did lately, is not asked: other processes
 	// take turns with it (round-robin balancing), and asking would cost every hold a round trip.
-	if nt, ok := held.(nextTokener); ok && (s.stream > 0 || s.alone && s.uncontested(q) && s.wanted(lockCtx, q, hl) == 0) {
+	if nt, ok := held.(nextTokener); ok && (s.stream > 0 || s.alone && s.uncontested(q) && s.wanted(lockCtx, q, hl.locks()) == 0) {
 		var yield bool
 		written, yield = s.streamHold(ctx, lockCtx, hl, nt, q, batch)
 		if yield && !s.inTurn() {

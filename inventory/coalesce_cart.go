@@ -53,6 +53,15 @@ type holdLocks struct {
 	others map[int64]*otherLock
 }
 
+// locks returns the hold's locks, its anchor's first.
+func (hl *holdLocks) locks() []Held {
+	out := []Held{hl.anchor}
+	for _, o := range hl.others {
+		out = append(out, o.held)
+	}
+	return out
+}
+
 // otherLock is a lock of a hold besides its anchor's.
 type otherLock struct {
 	held    Held
@@ -261,6 +270,32 @@ func (s *coalesced) takeOthers(ctx context.Context, q *itemQueue, hl *holdLocks,
 func (s *coalesced) otherTokens(lockCtx context.Context, q *itemQueue, hl *holdLocks, anchorToken int64,
 	ready []*waiter, replies *[]reply) (map[int64]int64, []*waiter) {
 	tokens := map[int64]int64{q.id: anchorToken}
+	// The other locks this write uses that a write already used draw their next tokens first,
+	// concurrently (one round trip for all of them).
+	var draw []*otherLock
+	for _, w := range ready {
+		if w.cart == nil {
+			continue
+		}
+		for _, id := range w.cart.others(q.id) {
+			if o := hl.others[id]; o != nil && o.written && o.ctx.Err() == nil && !slices.Contains(draw, o) {
+				draw = append(draw, o)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, o := range draw {
+		nt, can := o.held.(nextTokener)
+		if !can {
+			continue
+		}
+		wg.Go(func() { // owner: otherTokens, which waits for it
+			if next, err := nt.NextToken(lockCtx); err == nil {
+				o.token, o.written = next, false
+			}
+		})
+	}
+	wg.Wait()
 	kept := ready[:0]
 	for _, w := range ready {
 		if w.cart == nil {
@@ -270,13 +305,6 @@ func (s *coalesced) otherTokens(lockCtx context.Context, q *itemQueue, hl *holdL
 		ok := true
 		for _, id := range w.cart.others(q.id) {
 			o := hl.others[id]
-			if o != nil && o.written && o.ctx.Err() == nil {
-				if nt, can := o.held.(nextTokener); can {
-					if next, err := nt.NextToken(lockCtx); err == nil {
-						o.token, o.written = next, false
-					}
-				}
-			}
 			if o == nil || o.written || o.ctx.Err() != nil {
 				ok = false
 				break

@@ -69,11 +69,41 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 		defer window.Stop()
 		windowC = window.C
 	}
+	// look asks, in the background, whether the hold's locks are wanted (at most one look at
+	// a time, its answer on looked): the writes go on meanwhile.
 	var asked time.Time
-	wanted := func() bool {
-		asked = time.Now()
-		return s.wanted(lockCtx, q, hl) > 0
+	var looked chan int
+	look := func() {
+		ch, locks := make(chan int, 1), hl.locks() // the locks taken here: the loop changes hl
+		asked, looked = time.Now(), ch
+		go func() { ch <- s.wanted(lockCtx, q, locks) }() // owner: streamHold, which receives it
 	}
+	defer func() {
+		if looked != nil {
+			<-looked
+		}
+	}()
+	// draw draws the next token in the background while a write goes on (its answer on
+	// drawn), so that the next write does not wait a round trip for it; a token drawn and not
+	// used is skipped, never repeated.
+	type drawResult struct {
+		token int64
+		err   error
+	}
+	var drawn chan drawResult
+	draw := func() {
+		ch := make(chan drawResult, 1)
+		drawn = ch
+		go func() { // owner: streamHold, which receives it
+			t, err := nt.NextToken(lockCtx)
+			ch <- drawResult{t, err}
+		}()
+	}
+	defer func() {
+		if drawn != nil {
+			<-drawn
+		}
+	}()
 	open, lost := true, lockCtx.Done()
 	token := held.Token()
 	for working > 0 {
@@ -93,29 +123,44 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			for _, w := range ready {
 				reserved -= w.p.quantity
 			}
-			if token <= q.fence { // this hold has written with it: draw the next
-				next, err := nt.NextToken(lockCtx)
-				if err == nil {
-					token = next
+			if token <= q.fence { // this hold has written with it: the next one
+				if drawn == nil {
+					draw()
+				}
+				r := <-drawn
+				drawn = nil
+				if r.err == nil {
+					token = r.token
 				} else {
 					// The lock is lost, Redis failed, or this lock cannot draw tokens: the
 					// fence refuses the used token below, and nobody more is admitted.
 					open = false
 				}
 			}
+			if open && working > 0 {
+				draw() // for the next write, while this one goes on
+			}
 			replies, n := s.write(ctx, lockCtx, hl, token, q, ready)
 			written += n
 			for _, r := range replies {
 				r.send()
 			}
-			if open && passed && time.Since(asked) >= contentionEvery && wanted() {
+			if open && passed && looked == nil && time.Since(asked) >= contentionEvery {
+				look()
+			}
+		case n := <-looked:
+			looked = nil
+			if n > 0 && open {
 				open, yield = false, true
 			}
 		case <-q.wake:
 		case <-windowC:
 			windowC, passed = nil, true
-			if !s.alone || wanted() {
+			switch {
+			case !s.alone:
 				open, yield = false, true
+			case looked == nil:
+				look()
 			}
 		case <-lost:
 			open, lost = false, nil
@@ -137,13 +182,13 @@ type waitersCounter interface {
 // locks are wanted: after a write, so at most once per write, and not more often than this.
 const contentionEvery = 2 * time.Millisecond
 
-// wanted tells how much the hold hl of q's item is wanted elsewhere: the number of other
-// Obtains waiting for its anchor's lock (about the number of processes that wait for it), at
+// wanted tells how much the hold of q's item whose locks are locks (hl.locks: its anchor's
+// first) is wanted elsewhere: the number of other Obtains waiting for its anchor's lock (about the number of processes that wait for it), at
 // least 1 when one waits for a lock the hold took for a cart (asked concurrently) or when a
 // cart of q's queue was left waiting maxCartSkips times for another lock (the next hold takes
 // that lock first, waiting, holding nothing: takeStarving). A lock that cannot tell, or an
 // error, counts as wanted: the hold then lets go, as it would without StreamAlone.
-func (s *coalesced) wanted(ctx context.Context, q *itemQueue, hl *holdLocks) int {
+func (s *coalesced) wanted(ctx context.Context, q *itemQueue, locks []Held) int {
 	s.mu.Lock()
 	starving := slices.ContainsFunc(q.pending, func(w *waiter) bool {
 		return w.cart != nil && w.cart.skips >= maxCartSkips && w.state.Load() != stateAbandoned
@@ -162,14 +207,14 @@ func (s *coalesced) wanted(ctx context.Context, q *itemQueue, hl *holdLocks) int
 	}
 	var others atomic.Bool
 	var wg sync.WaitGroup
-	for _, o := range hl.others {
+	for _, o := range locks[1:] {
 		wg.Go(func() { // owner: wanted, which waits for it
-			if count(o.held) > 0 {
+			if count(o) > 0 {
 				others.Store(true)
 			}
 		})
 	}
-	n := count(hl.anchor)
+	n := count(locks[0])
 	wg.Wait()
 	if n == 0 && (starving || others.Load()) {
 		n = 1
