@@ -379,7 +379,7 @@ func startStorefront(t *testing.T, bin, dir string, port int, dbURL, redisURL st
 	}
 	f := &storefront{port: port}
 	f.process = startProcess(t, dir, io.Discard, bin, "--addr", f.addr(), "--db", dbURL, "--redis", redisURL,
-		"--admin-token", adminToken, "--log-level", "warn", "--shutdown-timeout", "5s", "--stream-hold", "250ms")
+		"--admin-token", adminToken, "--log-level", "warn", "--shutdown-timeout", "5s")
 	return f
 }
 

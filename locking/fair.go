@@ -131,8 +131,9 @@ func (c *Client) fairKind() *kind {
 		refence: func(ctx context.Context, h *hold) (int64, error) { // the core lock's hash and counter
 			return refenceScript.Run(ctx, c.rdb, []string{h.k.hash, h.k.fence}, h.owner).Int64()
 		},
-		waiters: func(ctx context.Context, h *hold) (int, error) { // every waiter keeps a place in the queue
-			return c.waitersIn(ctx, h.k.fair().timeouts, h.owner)
+		waiters: func(ctx context.Context, h *hold) (int, error) {
+			// Its queue, and the Obtains (not fair) that wait for the same key.
+			return c.waitersIn(ctx, h.owner, h.k.fair().timeouts, h.k.waiting())
 		}}
 }
 

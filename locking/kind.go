@@ -70,7 +70,7 @@ func (c *Client) coreKind() *kind {
 			return refenceScript.Run(ctx, c.rdb, []string{h.k.hash, h.k.fence}, h.owner).Int64()
 		},
 		waiters: func(ctx context.Context, h *hold) (int, error) {
-			n, err := c.waitersIn(ctx, h.k.waiting(), h.owner)
+			n, err := c.waitersIn(ctx, h.owner, h.k.waiting())
 			// A waiter of this Client queued behind another of its waiters has not tried
 			// yet, so it may not be in the waiting set: the notifier knows it.
 			if err == nil && n == 0 && c.notify.queued(h.k.channel) {
@@ -81,10 +81,10 @@ func (c *Client) coreKind() *kind {
 	}
 }
 
-// waitersIn counts the owners other than owner in set, a sorted set of waiting owners scored by
-// when each one's interest lapses, whose interest has not lapsed (waiters.lua).
-func (c *Client) waitersIn(ctx context.Context, set, owner string) (int, error) {
-	n, err := waitersScript.Run(ctx, c.rdb, []string{set}, owner).Int64()
+// waitersIn counts the entries other than owner's in sets, sorted sets of waiting owners
+// scored by when each one's interest lapses, whose interest has not lapsed (waiters.lua).
+func (c *Client) waitersIn(ctx context.Context, owner string, sets ...string) (int, error) {
+	n, err := waitersScript.Run(ctx, c.rdb, sets, owner).Int64()
 	return int(n), err
 }
 

@@ -165,6 +165,12 @@ func TestWaitersByKind(t *testing.T) {
 	eventuallyWaiters(t, ctx, l, 1, "a fair waiter is queued")
 	cancel()
 	require.Error(t, <-got)
+	eventuallyWaiters(t, ctx, l, 0, "it left the queue")
+	wctx, cancel = context.WithCancel(ctx)
+	core := waitFor(wctx, other, key, time.Minute)
+	eventuallyWaiters(t, ctx, l, 1, "an Obtain (not fair) of the same key waits too")
+	cancel()
+	require.ErrorIs(t, <-core, ErrNotObtained)
 	require.NoError(t, l.Release(ctx))
 
 	rl := NewRedlock([]redis.UniversalClient{newRedis(t, srv)}, nil)

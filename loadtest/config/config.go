@@ -57,6 +57,7 @@ type Config struct {
 	OnRedisDown  string        // redis-hang: --on-redis-down of the instances (guard or fail)
 	MaxPurchases int           // db-hang: --max-purchases of the instances
 	StreamHold   time.Duration // self-contained mode: --stream-hold of the instances (0: their default)
+	NoStream     bool          // self-contained mode: --stream-alone=false on the instances (holds sell in batches)
 
 	MixGap    time.Duration // -chaos mix: the pause between two faults is drawn from [MixGap, 2*MixGap); 0: defaultMixGap
 	MixRounds int           // -chaos mix: > 0 extends each strategy's run past Duration until that many full rounds of faults fired

@@ -75,7 +75,9 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 	fs.DurationVar(&c.HangFor, "hang-for", 8*time.Second, "-chaos redis-hang, db-hang: how long the process stays stopped (SIGSTOP, then SIGCONT)")
 	fs.StringVar(&c.OnRedisDown, "on-redis-down", "guard", `-chaos redis-hang: --on-redis-down of the instances, "guard" or "fail"`)
 	fs.DurationVar(&c.StreamHold, "stream-hold", 0, "self-contained mode: --stream-hold of the instances, how long one hold of lock+guard keeps admitting\n"+
-		"the buyers who arrive while it works (0: the storefront's default, none); pair it with -route item")
+		"the buyers who arrive while it works even when another instance waits for its lock (0: the storefront's default, none)")
+	fs.BoolVar(&c.NoStream, "no-stream", false, "self-contained mode: --stream-alone=false on the instances: a hold of lock+guard sells to the buyers waiting\n"+
+		"when it begins, instead of admitting the late ones while no other instance waits for its locks (to compare)")
 	fs.BoolVar(&c.Soak, "soak", false, "with -chaos mix: sample every storefront (goroutines, heap, RSS, open fds, database connections in use, overdue holds) and the Redis\n"+
 		"(clients, keys, pub/sub channels) every -soak-every over the whole run, fit each series after -soak-warmup; one growing past its bound is a LEAK (exit 4)")
 	fs.DurationVar(&c.SoakEvery, "soak-every", 2*time.Second, "-soak: between two samples (200ms..1m)")
@@ -216,6 +218,8 @@ func validate(c *config.Config) error {
 		return usageErr("-stream-hold must be 0..1m, got %s", c.StreamHold)
 	case len(c.Targets) > 0 && c.StreamHold > 0:
 		return usageErr("-stream-hold applies to the self-contained mode; set --stream-hold on the -target servers")
+	case len(c.Targets) > 0 && c.NoStream:
+		return usageErr("-no-stream applies to the self-contained mode; set --stream-alone=false on the -target servers")
 	case len(c.Targets) > 0 && c.AdminToken == "":
 		return usageErr("-target needs -admin-token (the run resets the catalogue)")
 	case (c.Chaos == fault.ChaosRedisHang || c.Chaos == fault.ChaosDBHang) && (c.HangFor < 2*time.Second || c.HangFor > 5*time.Minute):

@@ -51,6 +51,9 @@ func Run(ctx context.Context, cfg config.Config, logw io.Writer) (*report.Report
 	if cfg.StreamHold > 0 {
 		ccfg.Args = append(ccfg.Args, "--stream-hold", cfg.StreamHold.String())
 	}
+	if cfg.NoStream {
+		ccfg.Args = append(ccfg.Args, "--stream-alone=false")
+	}
 	cl, err := cluster.Start(ctx, ccfg)
 	if err != nil {
 		return nil, err
