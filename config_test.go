@@ -19,7 +19,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, config{
 		addr: ":8080", db: "stockguard.db", strategy: "lock+guard", onRedisDown: "fail", lockLease: 30 * time.Second,
 		lockWait: 5 * time.Second, logLevel: slog.LevelInfo, shutdownTimeout: 15 * time.Second,
-		dbStmtTimeout: 5 * time.Second, maxBatch: 64, redisCall: 250 * time.Millisecond, maxPurchases: 1024,
+		dbStmtTimeout: 5 * time.Second, maxBatch: 64, streamAlone: true, redisCall: 250 * time.Millisecond, maxPurchases: 1024,
 		holdTTL: 10 * time.Minute,
 	}, c)
 	assert.Equal(t, 10*time.Second, c.writeTimeout())

@@ -70,6 +70,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 	timeout := c.queueTimeout()
 	start := time.Now()
 	var short shortfall // Options.Replicas: an attempt whose lock no replica acknowledged
+	queued := false     // an attempt's answer put this owner in the queue
 	l, err := c.obtainKind(ctx, c.fair, fk.turn+owner, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
 		c.settle(ctx, k) // clean-ups of k that did not reach Redis (debts.go)
 		sc, conn, err := c.scripterFor(ctx, k.hash)
@@ -95,6 +96,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			return nil, 0, errors.Join(ErrNotObtained, errAbandoned)
 		}
 		if res[0] != 1 {
+			queued = queued || try == "0"
 			// Come back before the place lapses, even if nobody wakes us.
 			return nil, min(time.Duration(res[1])*time.Millisecond, timeout/3), nil
 		}
@@ -113,7 +115,12 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 	})
 	err = short.result(err)
 	if cfg.wait != 0 {
-		if err != nil { // leave the queue at once, and let the next waiter in
+		// Leave the queue at once, and let the next waiter in: when an answer queued this
+		// owner. An attempt whose call may have run without an answer cleaned up after itself
+		// (attemptFailed); one that never reached Redis (an open breaker, a refused
+		// connection) left nothing, and its caller must not wait on a clean-up call to a node
+		// known to hang.
+		if err != nil && queued {
 			cctx, cancel := c.bestEffort(ctx)
 			c.fairAbandon(cctx, k, owner)
 			cancel()

@@ -61,9 +61,11 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 }
 
 // unwait removes owner from k's waiting set (acquire_waiting.lua) once its Obtain gave up, best
-// effort: an entry left behind lapses on its own, a little after the lease it saw.
+// effort: an entry left behind lapses on its own, a little after the lease it saw. It is not a
+// clean-up call: an open breaker refuses it at once, so that a caller is not kept waiting on a
+// node known to hang for what would tidy itself.
 func (c *Client) unwait(ctx context.Context, k keys, owner string) {
-	cctx, cancel := c.bestEffort(ctx)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
 	defer cancel()
 	_ = c.rdb.ZRem(cctx, k.waiting(), owner).Err()
 }
