@@ -99,9 +99,47 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			ch <- drawResult{t, err}
 		}()
 	}
+	// drawOthers does the same for the carts' other locks that the last write used.
+	var othersDrawn chan map[*otherLock]int64
+	drawOthers := func() {
+		var used []*otherLock
+		for _, o := range hl.others {
+			if o.written && o.ctx.Err() == nil {
+				used = append(used, o)
+			}
+		}
+		if len(used) == 0 {
+			return
+		}
+		ch := make(chan map[*otherLock]int64, 1)
+		othersDrawn = ch
+		go func() { // owner: streamHold, which receives it
+			var mu sync.Mutex
+			next := make(map[*otherLock]int64, len(used))
+			var wg sync.WaitGroup
+			for _, o := range used {
+				ont, can := o.held.(nextTokener)
+				if !can {
+					continue
+				}
+				wg.Go(func() { // owner: this goroutine, which waits for it
+					if t, err := ont.NextToken(lockCtx); err == nil {
+						mu.Lock()
+						next[o] = t
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			ch <- next
+		}()
+	}
 	defer func() {
 		if drawn != nil {
 			<-drawn
+		}
+		if othersDrawn != nil {
+			<-othersDrawn
 		}
 	}()
 	open, lost := true, lockCtx.Done()
@@ -137,10 +175,19 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 					open = false
 				}
 			}
+			if othersDrawn != nil { // the other locks' next tokens, drawn during the last write
+				for o, t := range <-othersDrawn {
+					o.token, o.written = t, false
+				}
+				othersDrawn = nil
+			}
 			if open && working > 0 {
 				draw() // for the next write, while this one goes on
 			}
 			replies, n := s.write(ctx, lockCtx, hl, token, q, ready)
+			if open && working > 0 {
+				drawOthers()
+			}
 			written += n
 			for _, r := range replies {
 				r.send()
