@@ -264,10 +264,7 @@ func (h *hold) finishLocked(l *Lock, err, cause error) {
 		return
 	}
 	l.err, l.cause = err, cause
-	for _, cancel := range l.cancels { // before Done, so a closed Done implies cancelled contexts
-		cancel(cause)
-	}
-	l.cancels = nil
+	l.contexts.cancelAll(cause) // before Done, so a closed Done implies cancelled contexts
 	close(l.done)
 	delete(h.live, l)
 }

@@ -19,7 +19,7 @@ type Lock struct {
 	err      error // nil while held; ErrLost or ErrNotHeld after
 	cause    error // the detailed error handed to contexts from Context
 	released bool
-	cancels  []context.CancelCauseFunc
+	contexts contexts // the live contexts from Context
 }
 
 // Key returns the key the lock was obtained on, without the prefix ("" for nil).
@@ -157,7 +157,7 @@ func (l *Lock) Context(parent context.Context) context.Context {
 	if l.err != nil {
 		cancel(l.cause)
 	} else {
-		l.cancels = append(l.cancels, cancel)
+		l.contexts.add(&h.mu, ctx, cancel)
 	}
 	return ctx
 }

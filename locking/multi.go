@@ -77,7 +77,7 @@ type Multi struct {
 	err      error // nil while held; *KeyLostError or ErrNotHeld after
 	cause    error
 	released bool
-	cancels  []context.CancelCauseFunc
+	contexts contexts // the live contexts from Context
 }
 
 // ObtainMany returns a hold over every key of keys, each with its floor, or none: it takes
@@ -424,10 +424,7 @@ func (m *Multi) finishLocked(err, cause error) {
 		return
 	}
 	m.err, m.cause = err, cause
-	for _, cancel := range m.cancels { // before Done, so a closed Done implies cancelled contexts
-		cancel(cause)
-	}
-	m.cancels = nil
+	m.contexts.cancelAll(cause) // before Done, so a closed Done implies cancelled contexts
 	close(m.done)
 }
 
@@ -617,7 +614,7 @@ func (m *Multi) Context(parent context.Context) context.Context {
 	if m.err != nil {
 		cancel(m.cause)
 	} else {
-		m.cancels = append(m.cancels, cancel)
+		m.contexts.add(&m.mu, ctx, cancel)
 	}
 	return ctx
 }
