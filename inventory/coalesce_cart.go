@@ -68,6 +68,7 @@ type otherLock struct {
 	ctx     context.Context // ends when the lock is lost or released
 	token   int64           // the token the next write uses
 	written bool            // a write used token: a streaming hold's next write draws another
+	used    time.Time       // when a cart last needed it (taken, or written): streamHold lets idle ones go
 }
 
 // releaseAll gives every lock of the hold back: the other locks first, concurrently (one
@@ -177,7 +178,7 @@ func (s *coalesced) takeStarving(ctx context.Context, q *itemQueue) (*holdLocks,
 			hl.anchor = held
 			continue
 		}
-		hl.others[id] = &otherLock{held: held, ctx: held.Context(s.life.ctx), token: held.Token()}
+		hl.others[id] = &otherLock{held: held, ctx: held.Context(s.life.ctx), token: held.Token(), used: time.Now()}
 	}
 	return hl, false
 }
@@ -236,7 +237,7 @@ func (s *coalesced) takeOthers(ctx context.Context, q *itemQueue, hl *holdLocks,
 				busy[id] = true
 				return
 			}
-			hl.others[id] = &otherLock{held: held, ctx: held.Context(s.life.ctx), token: held.Token()}
+			hl.others[id] = &otherLock{held: held, ctx: held.Context(s.life.ctx), token: held.Token(), used: time.Now()}
 		})
 	}
 	wg.Wait()
@@ -317,9 +318,10 @@ func (s *coalesced) otherTokens(lockCtx context.Context, q *itemQueue, hl *holdL
 		}
 		kept = append(kept, w)
 	}
+	now := time.Now()
 	for id := range tokens {
 		if o := hl.others[id]; o != nil {
-			o.written = true
+			o.written, o.used = true, now
 		}
 	}
 	return tokens, kept

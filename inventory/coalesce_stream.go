@@ -47,10 +47,12 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 	held := hl.anchor
 	finished := make(chan *waiter, s.maxBatch)
 	working, reserved := 0, 0
+	inFlight := make(map[*waiter]bool) // admitted, not yet written: the carts' other locks they need
 	start := func(ws []*waiter) {
 		for _, w := range ws {
 			working++
 			reserved += w.p.quantity
+			inFlight[w] = true
 			go func() { // owner: streamHold, which receives from every one it starts
 				if w.p.work > 0 {
 					w.workErr = s.work(held.Context(w.ctx), w.p)
@@ -160,6 +162,7 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			working -= len(ready)
 			for _, w := range ready {
 				reserved -= w.p.quantity
+				delete(inFlight, w)
 			}
 			if token <= q.fence { // this hold has written with it: the next one
 				if drawn == nil {
@@ -185,6 +188,7 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 				draw() // for the next write, while this one goes on
 			}
 			replies, n := s.write(ctx, lockCtx, hl, token, q, ready)
+			s.releaseIdleOthers(ctx, q, hl, inFlight)
 			if open && working > 0 {
 				drawOthers()
 			}
@@ -267,4 +271,35 @@ func (s *coalesced) wanted(ctx context.Context, q *itemQueue, locks []Held) int 
 		n = 1
 	}
 	return n
+}
+
+// otherIdle is how long a streaming hold keeps a cart's other lock that no cart in flight
+// needs: the next carts of a hot item often share its cold items, and taking their locks again
+// costs a round trip, but a hold that streams for long must not keep, one by one, the lock of
+// every item its carts ever held.
+const otherIdle = time.Second
+
+// releaseIdleOthers gives back the carts' other locks of hl that no cart in
+// flight needs and that no cart needed for otherIdle; a prefetched token of one is then unused.
+func (s *coalesced) releaseIdleOthers(ctx context.Context, q *itemQueue, hl *holdLocks, inFlight map[*waiter]bool) {
+	now := time.Now()
+	var idle []int64
+	for id, o := range hl.others {
+		if now.Sub(o.used) >= otherIdle {
+			idle = append(idle, id)
+		}
+	}
+	if len(idle) == 0 {
+		return
+	}
+	for w := range inFlight {
+		if w.cart != nil {
+			idle = slices.DeleteFunc(idle, func(id int64) bool { return slices.Contains(w.cart.others(q.id), id) })
+		}
+	}
+	for _, id := range idle {
+		o := hl.others[id]
+		delete(hl.others, id)
+		s.release(ctx, o.held)
+	}
 }

@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,4 +138,60 @@ func TestStreamAloneLetsGoForAnotherProcess(t *testing.T) {
 			assertFenceOrder(t, ordersOf(t, a, tc.item))
 		})
 	}
+}
+
+// A hold that streams for long lets go of a cart's other lock once no cart has needed it for a
+// while: carts {hot, a}, then only {hot, b}; a's lock is given back while the hold goes on.
+func TestStreamAloneLetsIdleOtherLocksGo(t *testing.T) {
+	srv := redistest.Start(t)
+	_, path := openDB(t, sqliteBackend)
+	holds := &holdRecorder{}
+	s := aloneService(t, srv, path, holds, nil)
+	ids := resetItems(t, s, 1_000_000, 1_000_000, 1_000_000)
+	hot, a, b := ids[0], ids[1], ids[2]
+	rdb := srv.Client(t)
+	held := func(id int64) bool {
+		n, err := rdb.Exists(t.Context(), locking.KeysOf(lockPrefix, inventory.ItemLockName(id)).Hash).Result()
+		require.NoError(t, err)
+		return n == 1
+	}
+	var other atomic.Int64
+	other.Store(a)
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_, _ = s.Checkout(ctx, inventory.CheckoutRequest{Lines: lines(hot, 1, other.Load(), 1), Work: 5 * time.Millisecond})
+			}
+		})
+	}
+	// Two buyers of the hot item whose works (1 s each) overlap keep a purchase at work, so the
+	// hold never runs out of work and ends on its own.
+	for i := range 2 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 500 * time.Millisecond)
+			for ctx.Err() == nil {
+				_, _ = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: hot, Quantity: 1, Work: time.Second})
+			}
+		})
+	}
+	defer func() { stop(); wg.Wait() }()
+	require.Eventually(t, func() bool { return held(hot) && held(a) }, 10*time.Second, time.Millisecond, "the hold took a's lock for its carts")
+	time.Sleep(600 * time.Millisecond) // both long buyers at work
+	other.Store(b)
+	// The hot lock's owner: a new hold has a new one.
+	owner := func() string {
+		fields, err := rdb.HKeys(t.Context(), locking.KeysOf(lockPrefix, inventory.ItemLockName(hot)).Hash).Result()
+		require.NoError(t, err)
+		return strings.Join(fields, ",")
+	}
+	var before string
+	require.Eventually(t, func() bool { before = owner(); return before != "" }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return !held(a) && held(b) }, 10*time.Second, 5*time.Millisecond, "a's lock is given back")
+	t.Logf("holds ended meanwhile: %d", len(holds.get()))
+	assert.Equal(t, before, owner(), "while the hold that took it streams on")
+	stop()
+	wg.Wait()
+	assertBalanced(t, s)
 }
