@@ -348,7 +348,7 @@ func (s *coalesced) hold(q *itemQueue) {
 	// take turns with it (round-robin balancing), and asking would cost every hold a round trip.
 	if nt, ok := held.(nextTokener); ok && (s.stream > 0 || s.alone && s.uncontested(q) && s.wanted(lockCtx, q, hl.locks()) == 0) {
 		var yield bool
-		written, yield = s.streamHold(ctx, lockCtx, hl, nt, q, batch)
+		written, yield, replies = s.streamHold(ctx, lockCtx, hl, nt, q, batch)
 		if yield && !s.inTurn() {
 			q.pause = streamYield
 		}

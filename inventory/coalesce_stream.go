@@ -41,9 +41,10 @@ type nextTokener interface {
 // than the stream window or (StreamAlone) nobody else wants its locks; each write's buyers are
 // answered as soon as it is decided. Each write after the first draws a new fencing token from
 // the lock (the fence accepts each token once, and in order). The hold ends once no purchase is
-// left working; it returns the number of orders written and whether it stopped admitting
-// because its window closed or its locks were wanted (the worker then yields the lock).
-func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt nextTokener, q *itemQueue, batch []*waiter) (written int, yield bool) {
+// left working; it returns the number of orders written, whether it stopped admitting because
+// its window closed or its locks were wanted (the worker then yields the lock), and the answers
+// of its last write, which the caller gives once the locks are released.
+func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt nextTokener, q *itemQueue, batch []*waiter) (written int, yield bool, last []reply) {
 	held := hl.anchor
 	finished := make(chan *waiter, s.maxBatch)
 	working, reserved := 0, 0
@@ -188,11 +189,22 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 				draw() // for the next write, while this one goes on
 			}
 			replies, n := s.write(ctx, lockCtx, hl, token, q, ready)
+			written += n
+			if working == 0 && open && ctx.Err() == nil && lockCtx.Err() == nil {
+				start(s.takeOthers(ctx, q, hl, s.admit(q, q.stock-reserved, s.maxBatch)))
+			}
+			if working == 0 {
+				// Nobody is left working: the hold is over. Its last answers go once its
+				// locks are released (hold's defer), as a batch's do: a buyer holding its
+				// answer knows the hold that served it is over (and a process killed right
+				// after answering leaves no lock behind for a lease).
+				last = replies
+				continue
+			}
 			s.releaseIdleOthers(ctx, q, hl, inFlight)
-			if open && working > 0 {
+			if open {
 				drawOthers()
 			}
-			written += n
 			for _, r := range replies {
 				r.send()
 			}
@@ -220,7 +232,7 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			start(s.takeOthers(ctx, q, hl, s.admit(q, q.stock-reserved, s.maxBatch-working)))
 		}
 	}
-	return written, yield
+	return written, yield, last
 }
 
 // waitersCounter is a Held that can count the Obtains of other owners waiting for its key
