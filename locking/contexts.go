@@ -2,6 +2,8 @@ package locking
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -31,10 +33,13 @@ func (c *contexts) add(mu *sync.Mutex, ctx context.Context, cancel context.Cance
 	})
 }
 
-// cancelAll cancels every context with cause and empties the set; the caller holds its mutex.
+// cancelAll cancels every context with cause, in the order they were handed out, and empties
+// the set; the caller holds its mutex. The order matters to a holder that takes a context for
+// itself first and then hands one to each of its workers (inventory's holds): a worker whose
+// context ended finds the holder's ended too, and reports the loss, not a bare cancellation.
 func (c *contexts) cancelAll(cause error) {
-	for _, cancel := range c.cancels {
-		cancel(cause)
+	for _, id := range slices.Sorted(maps.Keys(c.cancels)) {
+		c.cancels[id](cause)
 	}
 	c.cancels = nil
 }

@@ -2,6 +2,8 @@ package locking
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,4 +51,24 @@ func TestLockContextsOfEndedCallersAreDropped(t *testing.T) {
 	require.NoError(t, m.Release(ctx))
 	assert.ErrorIs(t, context.Cause(running), ErrNotHeld, "the running context ends with the release")
 	assert.ErrorIs(t, context.Cause(runningMulti), ErrNotHeld)
+}
+
+// The contexts end in the order they were handed out: the first one taken (a holder's own) is
+// cancelled before a later one (a worker's), so a worker that sees its context end finds the
+// holder's ended too.
+func TestContextsEndInOrder(t *testing.T) {
+	var mu sync.Mutex
+	var set contexts
+	var order []int
+	for i := range 100 {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		mu.Lock()
+		set.add(&mu, ctx, func(cause error) { order = append(order, i); cancel(cause) })
+		mu.Unlock()
+	}
+	mu.Lock()
+	set.cancelAll(ErrNotHeld)
+	mu.Unlock()
+	require.Len(t, order, 100)
+	assert.True(t, slices.IsSorted(order), "cancelled in the order handed out: %v", order)
 }
