@@ -313,7 +313,10 @@ func TestMultiLossDuringWait(t *testing.T) {
 	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond})
 	other := newClient(t, nil, nil)
 	ctx := ctxT(t, 10*time.Second)
-	a, b := uniqueKey(t), uniqueKey(t)
+	// a sorts before b, so it is taken first and renewed while b is awaited (two uniqueKeys
+	// sort by their counter's digits: "-10" before "-9").
+	base := uniqueKey(t)
+	a, b := base+"/a", base+"/b"
 	lb, err := other.Obtain(ctx, b)
 	require.NoError(t, err)
 	defer lb.Release(ctx)
@@ -345,7 +348,10 @@ func TestMultiRenewsWhileWaiting(t *testing.T) {
 		Hooks: Hooks{Renewed: func(string) { renewed.Add(1) }}})
 	other := newClient(t, nil, &Options{Lease: 5 * time.Second})
 	ctx := ctxT(t, 10*time.Second)
-	a, b := uniqueKey(t), uniqueKey(t)
+	// a sorts before b, so it is taken first and renewed while b is awaited (two uniqueKeys
+	// sort by their counter's digits: "-10" before "-9").
+	base := uniqueKey(t)
+	a, b := base+"/a", base+"/b"
 	lb, err := other.Obtain(ctx, b)
 	require.NoError(t, err)
 	go func() {
