@@ -44,9 +44,11 @@ func TestMain(m *testing.M) {
 
 var keySeq atomic.Int64
 
-// uniqueKey returns a key no other test uses.
+// uniqueKey returns a key no other test uses. Keys of one test sort in the order they were
+// made (the counter is zero-padded: "-10" would sort before "-9"), which the tests of ObtainMany,
+// which takes its keys in sorted order, rely on.
 func uniqueKey(t testing.TB) string {
-	return fmt.Sprintf("%s-%d", t.Name(), keySeq.Add(1))
+	return fmt.Sprintf("%s-%08d", t.Name(), keySeq.Add(1))
 }
 
 // newRedis returns a client of srv (shared when nil), closed when t ends.
