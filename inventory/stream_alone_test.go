@@ -22,15 +22,7 @@ import (
 func aloneService(t *testing.T, srv *redistest.Server, path string, holds *holdRecorder,
 	sleep func(context.Context, time.Duration) error) *inventory.Service {
 	t.Helper()
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
-	var obs inventory.HoldObserver
-	if holds != nil {
-		obs = holds
-	}
-	s := newService(t, inventory.Config{DB: openPath(t, path), Locker: inventory.NewLocker(lc), StreamAlone: true, Holds: obs, Sleep: sleep})
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return lockGuardService(t, srv, path, inventory.Config{StreamAlone: true, Sleep: sleep}, holds)
 }
 
 // With no window at all, a hold that nobody else wants admits a buyer who arrives while it

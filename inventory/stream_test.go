@@ -19,14 +19,21 @@ import (
 func streamService(t *testing.T, be backend, srv *redistest.Server, path string, stream time.Duration, holds *holdRecorder,
 	sleep func(context.Context, time.Duration) error) *inventory.Service {
 	t.Helper()
-	db := openPath(t, path)
+	return lockGuardService(t, srv, path, inventory.Config{StreamHold: stream, Sleep: sleep}, holds)
+}
+
+// lockGuardService is a Service over the SQLite file or PostgreSQL database at path and a
+// real lock on srv, configured by cfg (its DB, Locker and Holds are filled in here), closed
+// when t ends.
+func lockGuardService(t *testing.T, srv *redistest.Server, path string, cfg inventory.Config, holds *holdRecorder) *inventory.Service {
+	t.Helper()
 	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
 	t.Cleanup(func() { _ = lc.Close() })
-	var obs inventory.HoldObserver
+	cfg.DB, cfg.Locker = openPath(t, path), inventory.NewLocker(lc)
 	if holds != nil {
-		obs = holds
+		cfg.Holds = holds
 	}
-	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), StreamHold: stream, Holds: obs, Sleep: sleep})
+	s := newService(t, cfg)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
