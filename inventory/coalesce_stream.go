@@ -40,15 +40,20 @@ type nextTokener interface {
 // while its lock is held, they fit beside the units already admitted, and the hold is younger
 // than the stream window or (StreamAlone) nobody else wants its locks; each write's buyers are
 // answered as soon as it is decided. Each write after the first draws a new fencing token from
-// the lock (the fence accepts each token once, and in order). The hold ends once no purchase is
-// left working; it returns the number of orders written, whether it stopped admitting because
-// its window closed or its locks were wanted (the worker then yields the lock), and the answers
-// of its last write, which the caller gives once the locks are released.
+// the lock (the fence accepts each token once, and in order), so the writes run one at a
+// time; a write's transaction runs on a goroutine of its own (pendingWrite.commit), so that
+// admission and the work of the next purchases go on during it. The hold ends once no purchase
+// is left working or to write; it returns the number of orders written, whether it stopped
+// admitting because its window closed or its locks were wanted (the worker then yields the
+// lock), and the answers of its last write, which the caller gives once the locks are released.
 func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt nextTokener, q *itemQueue, batch []*waiter) (written int, yield bool, last []reply) {
 	held := hl.anchor
 	finished := make(chan *waiter, s.maxBatch)
+	// working: admitted, work not done; done: work done, waiting for the write in flight;
+	// reserved: the units admitted and not yet written (all of them, and the write's).
 	working, reserved := 0, 0
-	inFlight := make(map[*waiter]bool) // admitted, not yet written: the carts' other locks they need
+	var done []*waiter
+	inFlight := make(map[*waiter]bool) // admitted, not yet in a write: the carts' other locks they need
 	start := func(ws []*waiter) {
 		for _, w := range ws {
 			working++
@@ -86,126 +91,85 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			<-looked
 		}
 	}()
-	// draw draws the next token in the background while a write goes on (its answer on
-	// drawn), so that the next write does not wait a round trip for it; a token drawn and not
-	// used is skipped, never repeated.
-	type drawResult struct {
-		token int64
-		err   error
-	}
-	var drawn chan drawResult
-	draw := func() {
-		ch := make(chan drawResult, 1)
-		drawn = ch
-		go func() { // owner: streamHold, which receives it
-			t, err := nt.NextToken(lockCtx)
-			ch <- drawResult{t, err}
-		}()
-	}
-	// drawOthers does the same for the carts' other locks that the last write used.
-	var othersDrawn chan map[*otherLock]int64
-	drawOthers := func() {
-		var used []*otherLock
-		for _, o := range hl.others {
-			if o.written && o.ctx.Err() == nil {
-				used = append(used, o)
-			}
-		}
-		if len(used) == 0 {
-			return
-		}
-		ch := make(chan map[*otherLock]int64, 1)
-		othersDrawn = ch
-		go func() { // owner: streamHold, which receives it
-			var mu sync.Mutex
-			next := make(map[*otherLock]int64, len(used))
-			var wg sync.WaitGroup
-			for _, o := range used {
-				ont, can := o.held.(nextTokener)
-				if !can {
-					continue
-				}
-				wg.Go(func() { // owner: this goroutine, which waits for it
-					if t, err := ont.NextToken(lockCtx); err == nil {
-						mu.Lock()
-						next[o] = t
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			ch <- next
-		}()
-	}
-	defer func() {
-		if drawn != nil {
-			<-drawn
-		}
-		if othersDrawn != nil {
-			<-othersDrawn
-		}
-	}()
+	tokens := newTokenPrefetch(lockCtx, nt, hl)
+	defer tokens.wait()
+	// writing: the write in flight (its result comes on it), and the units it takes.
+	var writing chan writeResult
+	writingUnits := 0
 	open, lost := true, lockCtx.Done()
 	token := held.Token()
-	for working > 0 {
+	begin := func() {
+		if token <= q.fence { // this hold has written with it: the next one
+			if t, err := tokens.next(); err == nil {
+				token = t
+			} else {
+				// The lock is lost, Redis failed, or this lock cannot draw tokens: the
+				// fence refuses the used token below, and nobody more is admitted.
+				open = false
+			}
+		}
+		tokens.applyOthers() // the other locks' next tokens, drawn during the last write
+		for _, w := range done {
+			delete(inFlight, w)
+			writingUnits += w.p.quantity
+		}
+		pw := s.prepare(ctx, lockCtx, hl, token, q, done)
+		done = nil
+		// Purchases still working will be written after this write: it is not the hold's
+		// last, so its answers go as soon as it is decided, from its own goroutine.
+		more := working > 0
+		ch := make(chan writeResult, 1)
+		writing = ch
+		go func() { // owner: streamHold, which receives it
+			r := pw.commit(ctx, lockCtx)
+			if more {
+				for _, rp := range r.replies {
+					rp.send()
+				}
+				r.replies = nil
+			}
+			ch <- r
+		}()
+		if open && working > 0 {
+			tokens.draw()       // the next write's token, while this one goes on
+			tokens.drawOthers() // and the other locks' that this one uses
+		}
+	}
+	for working > 0 || len(done) > 0 || writing != nil {
 		select {
 		case w := <-finished:
-			ready := []*waiter{w}
+			done = append(done, w)
 		more:
 			for {
 				select {
 				case w := <-finished:
-					ready = append(ready, w)
+					done = append(done, w)
 				default:
 					break more
 				}
 			}
-			working -= len(ready)
-			for _, w := range ready {
-				reserved -= w.p.quantity
-				delete(inFlight, w)
-			}
-			if token <= q.fence { // this hold has written with it: the next one
-				if drawn == nil {
-					draw()
-				}
-				r := <-drawn
-				drawn = nil
-				if r.err == nil {
-					token = r.token
-				} else {
-					// The lock is lost, Redis failed, or this lock cannot draw tokens: the
-					// fence refuses the used token below, and nobody more is admitted.
-					open = false
-				}
-			}
-			if othersDrawn != nil { // the other locks' next tokens, drawn during the last write
-				for o, t := range <-othersDrawn {
-					o.token, o.written = t, false
-				}
-				othersDrawn = nil
-			}
-			if open && working > 0 {
-				draw() // for the next write, while this one goes on
-			}
-			replies, n := s.write(ctx, lockCtx, hl, token, q, ready)
-			written += n
-			if working == 0 && open && ctx.Err() == nil && lockCtx.Err() == nil {
+			working = len(inFlight) - len(done) // inFlight: the ones working and done
+		case r := <-writing:
+			writing = nil
+			r.apply(q)
+			written += r.written
+			reserved -= writingUnits
+			writingUnits = 0
+			if len(done) > 0 {
+				begin() // the next write first: its buyers wait for it, these have their answers
+			} else if working == 0 && open && ctx.Err() == nil && lockCtx.Err() == nil {
 				start(s.takeOthers(ctx, q, hl, s.admit(q, q.stock-reserved, s.maxBatch)))
 			}
-			if working == 0 {
+			if working == 0 && writing == nil {
 				// Nobody is left working: the hold is over. Its last answers go once its
 				// locks are released (hold's defer), as a batch's do: a buyer holding its
 				// answer knows the hold that served it is over (and a process killed right
 				// after answering leaves no lock behind for a lease).
-				last = replies
+				last = r.replies
 				continue
 			}
 			s.releaseIdleOthers(ctx, q, hl, inFlight)
-			if open {
-				drawOthers()
-			}
-			for _, r := range replies {
+			for _, r := range r.replies {
 				r.send()
 			}
 			if open && passed && looked == nil && time.Since(asked) >= contentionEvery {
@@ -228,8 +192,11 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 		case <-lost:
 			open, lost = false, nil
 		}
+		if writing == nil && len(done) > 0 {
+			begin()
+		}
 		if open && ctx.Err() == nil && lockCtx.Err() == nil {
-			start(s.takeOthers(ctx, q, hl, s.admit(q, q.stock-reserved, s.maxBatch-working)))
+			start(s.takeOthers(ctx, q, hl, s.admit(q, q.stock-reserved, s.maxBatch-working-len(done))))
 		}
 	}
 	return written, yield, last

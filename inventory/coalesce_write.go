@@ -11,6 +11,56 @@ import (
 // anchor's lock with token, the carts' other locks in hl), in one transaction
 // (store.writeSales); it returns the batch's answers and the number of orders written.
 func (s *coalesced) write(ctx, lockCtx context.Context, hl *holdLocks, token int64, q *itemQueue, batch []*waiter) ([]reply, int) {
+	res := s.prepare(ctx, lockCtx, hl, token, q, batch).commit(ctx, lockCtx)
+	res.apply(q)
+	return res.replies, res.written
+}
+
+// pendingWrite is a write prepared under a hold (prepare) and not committed yet: it holds
+// what its transaction needs, copied from the hold, so that commit may run while the hold
+// goes on admitting buyers (a streaming hold), and what the write changes of the item's queue
+// is applied once it is over (writeResult.apply).
+type pendingWrite struct {
+	s       *coalesced
+	itemID  int64
+	token   int64
+	stock   int             // the stock the worker knew when the write was prepared (q.stock)
+	tokens  map[int64]int64 // the fencing token of each item the write updates
+	ready   []*waiter       // the sales to write, in order
+	replies []reply         // the answers already decided (left out of the write)
+}
+
+// writeResult is the outcome of a write: its answers, the orders it wrote, and what the
+// worker knows of its item after it.
+type writeResult struct {
+	replies []reply
+	written int
+	carts   int       // carts among the orders written
+	stock   int       // the item's stock after the write, as far as the worker knows
+	fenced  bool      // the write committed under token: the fence has seen it
+	token   int64     // the anchor's token the write used
+	reread  bool      // the write read the item again (read, readAt)
+	read    int       // that read's stock
+	readAt  time.Time // when that read began
+}
+
+// apply records in q what the write changed: the stock, the fence, the carts sold, the read.
+func (r writeResult) apply(q *itemQueue) {
+	q.stock = r.stock
+	q.carts += r.carts
+	if r.fenced {
+		q.fence = r.token
+	}
+	if r.reread {
+		q.read, q.readAt = r.read, r.readAt
+	}
+}
+
+// prepare decides which of batch the write takes (work done, buyer still there, other locks
+// held) and the tokens it writes under; it reads and changes hl, so it runs on the hold's
+// goroutine, while commit may run on another.
+func (s *coalesced) prepare(ctx, lockCtx context.Context, hl *holdLocks, token int64, q *itemQueue, batch []*waiter) *pendingWrite {
+	pw := &pendingWrite{s: s, itemID: q.id, token: token, stock: q.stock}
 	replies := make([]reply, 0, len(batch))
 	if lockCtx.Err() != nil && ctx.Err() == nil {
 		// The lock was lost before the write: nothing is written. Service.run retries each
@@ -23,7 +73,8 @@ func (s *coalesced) write(ctx, lockCtx context.Context, hl *holdLocks, token int
 				replies = append(replies, reply{w: w, err: lost})
 			}
 		}
-		return replies, 0
+		pw.replies = replies
+		return pw
 	}
 	ready := make([]*waiter, 0, len(batch))
 	for _, w := range batch {
@@ -40,7 +91,21 @@ func (s *coalesced) write(ctx, lockCtx context.Context, hl *holdLocks, token int
 			ready = append(ready, w)
 		}
 	}
-	tokens, ready := s.otherTokens(lockCtx, q, hl, token, ready, &replies)
+	pw.tokens, pw.ready = s.otherTokens(lockCtx, q, hl, token, ready, &replies)
+	pw.replies = replies
+	return pw
+}
+
+// commit runs the prepared write's one transaction (store.writeSales), reading the item again
+// and admitting again when another writer took stock since the worker's read. It touches
+// nothing of the hold: its result is applied by the hold's goroutine (writeResult.apply).
+func (pw *pendingWrite) commit(ctx, lockCtx context.Context) writeResult {
+	s, token, tokens, ready, replies := pw.s, pw.token, pw.tokens, pw.ready, pw.replies
+	out := writeResult{stock: pw.stock, token: token}
+	finish := func() writeResult {
+		out.replies = replies
+		return out
+	}
 	// over: purchases a re-admission left out for want of the units the purchases kept before
 	// them take. They are answered once the write is decided: refused against the stock that
 	// write left, or with the write's own error (nothing was written for anyone).
@@ -48,11 +113,11 @@ func (s *coalesced) write(ctx, lockCtx context.Context, hl *holdLocks, token int
 	answerOver := func(remaining int, err error) {
 		for _, w := range over {
 			if err == nil {
-				err := checkStock(q.id, remaining, w.p.quantity)
+				err := checkStock(pw.itemID, remaining, w.p.quantity)
 				if err == nil {
 					// It fits after all (purchases before it replayed an existing order and
 					// wrote nothing): nothing was written for it; Service.run serves it again.
-					err = fmt.Errorf("%w: item %d: left out of its hold's write, nothing was written", ErrLockLost, q.id)
+					err = fmt.Errorf("%w: item %d: left out of its hold's write, nothing was written", ErrLockLost, pw.itemID)
 				}
 				replies = append(replies, reply{w: w, err: err})
 				continue
@@ -68,40 +133,39 @@ func (s *coalesced) write(ctx, lockCtx context.Context, hl *holdLocks, token int
 				sales[i] = sale{p: w.p, lines: w.cart.c.lines, record: w.cart.record(false)}
 			}
 		}
-		res, err := s.store.writeSales(ctx, q.id, sales, s.name, tokens)
+		res, err := s.store.writeSales(ctx, pw.itemID, sales, s.name, tokens)
 		// A short stock the hold did not read: another writer without the lock took stock.
 		moved := errors.Is(err, ErrSoldOut) || errors.Is(err, ErrInsufficientStock) || errors.Is(err, errRaced)
 		switch {
 		case err == nil:
-			written := 0
-			remaining := q.stock
+			remaining := out.stock
 			for i, w := range ready {
 				if res[i].err == nil { // event point: order written
-					written++
-					q.stock -= w.p.quantity
+					out.written++
+					out.stock -= w.p.quantity
 					remaining = res[i].rec.Remaining
 					if w.cart != nil {
-						remaining = anchorRemaining(res[i].cart, q.id, remaining)
-						q.carts++
+						remaining = anchorRemaining(res[i].cart, pw.itemID, remaining)
+						out.carts++
 					}
 				}
 				replies = append(replies, reply{w: w, rec: res[i].rec, cart: res[i].cart, err: res[i].err})
 			}
-			q.fence = token
+			out.fenced = true
 			answerOver(remaining, nil)
-			return replies, written
+			return finish()
 		case moved && attempt < maxReadmits && lockCtx.Err() == nil:
 			// Another writer took stock since the read: read again and admit again under the
 			// same hold, instead of refusing buyers who still fit.
 			at := time.Now()
-			r, rerr := s.store.readFast(lockCtx, q.id)
+			r, rerr := s.store.readFast(lockCtx, pw.itemID)
 			if rerr != nil {
 				err = rerr
 				break
 			}
-			q.stock, q.read, q.readAt = r.Stock, r.Stock, at
+			out.stock, out.reread, out.read, out.readAt = r.Stock, true, r.Stock, at
 			var more []*waiter
-			ready, more = readmit(q.id, r.Stock, append(ready, over...), &replies)
+			ready, more = readmit(pw.itemID, r.Stock, append(ready, over...), &replies)
 			over = more
 			if len(ready) == 0 {
 				answerOver(r.Stock, nil) // none fits beside another: refused on the stock read
@@ -109,18 +173,18 @@ func (s *coalesced) write(ctx, lockCtx context.Context, hl *holdLocks, token int
 			}
 			continue
 		case moved && lockCtx.Err() != nil && ctx.Err() == nil:
-			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, q.id)
+			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, pw.itemID)
 		case moved:
-			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, q.id)
+			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, pw.itemID)
 		}
 		// Event point: a fence refusal (ErrLockLost) or an error; nothing was written.
 		for _, w := range ready {
 			replies = append(replies, reply{w: w, err: err})
 		}
 		answerOver(0, err)
-		return replies, 0
+		return finish()
 	}
-	return replies, 0
+	return finish()
 }
 
 // readmit keeps, in order, the purchases that fit in stock, the stock read again under the

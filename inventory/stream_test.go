@@ -25,7 +25,7 @@ func streamService(t *testing.T, be backend, srv *redistest.Server, path string,
 // lockGuardService is a Service over the SQLite file or PostgreSQL database at path and a
 // real lock on srv, configured by cfg (its DB, Locker and Holds are filled in here), closed
 // when t ends.
-func lockGuardService(t *testing.T, srv *redistest.Server, path string, cfg inventory.Config, holds *holdRecorder) *inventory.Service {
+func lockGuardService(t testing.TB, srv *redistest.Server, path string, cfg inventory.Config, holds *holdRecorder) *inventory.Service {
 	t.Helper()
 	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
 	t.Cleanup(func() { _ = lc.Close() })
