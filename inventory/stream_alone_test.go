@@ -187,3 +187,57 @@ func TestStreamAloneLetsIdleOtherLocksGo(t *testing.T) {
 	wg.Wait()
 	assertBalanced(t, s)
 }
+
+// A streaming hold's write runs beside the hold: a buyer who arrives while the hold's write
+// waits for the database (here for another transaction's row lock) is admitted, and its work
+// starts, at once, not once that write is over. Both are sold under the one hold, the late
+// buyer by the next write, on a greater token. (On PostgreSQL, where a write that waits for a
+// row lock can be seen: pg_stat_activity.)
+func TestStreamAloneAdmitsDuringWrite(t *testing.T) {
+	srv := redistest.Start(t)
+	db, dsn := openDB(t, postgresBackend)
+	lateWorks := make(chan struct{})
+	var calls atomic.Int32
+	holds := &holdRecorder{}
+	s := lockGuardService(t, srv, dsn, inventory.Config{StreamAlone: true, WriteTimeout: time.Minute,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			if calls.Add(1) == 2 { // the late buyer's work
+				close(lateWorks)
+			}
+			return nil
+		}}, holds)
+	id := resetItems(t, s, 10)[0]
+
+	holder := openPath(t, dsn).Begin()
+	require.NoError(t, holder.Error)
+	require.NoError(t, holder.Exec("SELECT id FROM items WHERE id = ? FOR UPDATE", id).Error)
+	type result struct {
+		rec inventory.Receipt
+		err error
+	}
+	buy := func(quantity int) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			rec, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: quantity,
+				Strategy: inventory.StrategyLockGuard, Work: time.Millisecond})
+			ch <- result{rec, err}
+		}()
+		return ch
+	}
+	first := buy(2)
+	waitingBackend(t, db, "UPDATE items") // the hold's write waits for the row
+	late := buy(3)
+	select { // well within the statement timeout (5s), which would end the write's wait
+	case <-lateWorks:
+	case <-time.After(3 * time.Second):
+		t.Error("the late buyer's work did not start while the hold's write waited")
+	}
+	require.NoError(t, holder.Rollback().Error)
+	r1, r2 := <-first, <-late
+	require.NoError(t, r1.err)
+	require.NoError(t, r2.err)
+	assert.Greater(t, r2.rec.FenceToken, r1.rec.FenceToken, "the late buyer's write came next, on a greater token")
+	require.Eventually(t, func() bool { return len(holds.get()) > 0 }, 10*time.Second, time.Millisecond, "the hold is over")
+	assert.Equal(t, []int{2}, holds.get(), "one hold sold to both")
+	assert.Equal(t, 5, statsOf(t, s, id).Stock)
+}
