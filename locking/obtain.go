@@ -97,7 +97,7 @@ func (c *Client) enter(ctx context.Context, key string, kd *kind) (l *Lock, done
 	if kd.reentry == reenterNever {
 		return nil, false, nil
 	}
-	if err := multiIn(ctx, c, key); err != nil { // a Multi's keys are not re-entered (multi.go)
+	if err := multiIn(ctx, c, key); err != nil { // a Multi's keys are not re-entered (multi_obtain.go)
 		return nil, true, err
 	}
 	if h := heldIn(ctx, c, key); h != nil {
@@ -153,7 +153,7 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 	return c.newHold(k, owner, token, c.core, sent, start), 0, nil
 }
 
-// acquireKey is the Redis half of acquire, shared with ObtainMany (multi.go): one run of
+// acquireKey is the Redis half of acquire, shared with ObtainMany (multi_obtain.go): one run of
 // acquire.lua for owner on k. It returns the fencing token (> 0) and when the call was sent
 // when the key was taken, or token 0 and the holder's remaining lease (at most this long
 // before the next attempt) when it was not. A call that may have run in Redis but failed is
