@@ -122,11 +122,12 @@ func (c *Client) settle(ctx context.Context, k keys) {
 	}
 }
 
-// forgetPay is the core lock's clean-up of owner on k (forget.lua, which leaves the owner's
-// tombstone), on the Client's Redis.
+// forgetPay is the core lock's clean-up of owner on k, on the Client's Redis: forget.lua's, as
+// fair_release.lua runs it for a fair owner that gave up (the owner's tombstone, every hold
+// dropped), which also wakes the head of the key's fair queue when the key is free.
 func (c *Client) forgetPay(k keys, owner string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		return forgetScript.Run(ctx, c.rdb, []string{k.hash, k.gone(owner)}, owner, k.channel, "1",
-			c.lease.Milliseconds()).Err()
+		_, err := c.fairScript(ctx, k, owner, true, true, true)
+		return err
 	}
 }

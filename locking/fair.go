@@ -26,7 +26,8 @@ var (
 // ObtainFair returns the lock on key as Obtain does, but waiters are served in arrival
 // order: a waiter joins a queue in Redis (a list of owners plus a sorted set of their
 // timeouts, as Redisson's fair lock), the lock goes to the head of the queue when free, and
-// a release wakes the head only (one channel per waiter, no thundering herd). A waiter keeps
+// a release wakes the head only (one channel per waiter, no thundering herd), whether the
+// holder took the lock with ObtainFair, Obtain or ObtainMany. A waiter keeps
 // its place by refreshing it every QueueTimeout/3; one that vanishes (crash, partition) is
 // dropped QueueTimeout after its last refresh, and one that gives up (ctx, wait limit)
 // leaves the queue at once, so neither blocks those behind it for long.
@@ -158,13 +159,18 @@ func (c *Client) queueTimeout() time.Duration {
 // the queue. abandon, for the clean-up of an owner that gave up, also leaves its tombstone
 // for one lease, so that an attempt of the owner still on its way to Redis takes nothing.
 func (c *Client) fairScript(ctx context.Context, k keys, owner string, all, leave, abandon bool) (int64, error) {
+	ks, args := c.fairArgs(k, owner, all, leave, abandon)
+	return fairReleaseScript.Run(ctx, c.rdb, ks, args...).Int64()
+}
+
+// fairArgs are the KEYS and ARGV of fair_release.lua for owner on k (see fairScript).
+func (c *Client) fairArgs(k keys, owner string, all, leave, abandon bool) ([]string, []any) {
 	fk := k.fair()
 	ks := []string{k.hash, fk.queue, fk.timeouts}
 	if abandon {
 		ks = append(ks, k.gone(owner))
 	}
-	return fairReleaseScript.Run(ctx, c.rdb, ks,
-		owner, k.channel, flag(all), fk.turn, flag(leave), c.lease.Milliseconds()).Int64()
+	return ks, []any{owner, k.channel, flag(all), fk.turn, flag(leave), c.lease.Milliseconds()}
 }
 
 func (c *Client) fairRelease(ctx context.Context, h *hold, last bool) (int64, error) {

@@ -1,5 +1,7 @@
 -- fair_release.lua: release a fair lock (release.lua, included below) and wake the waiter at
--- the head of the queue only; or take a waiter out of the queue.
+-- the head of the queue only; or take a waiter out of the queue. The core lock (Obtain,
+-- ObtainMany) releases and cleans up through it too, so that a fair waiter queued behind a
+-- plain holder is woken when that holder lets go.
 -- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] queue timeouts, KEYS[4] (clean-up only) the
 -- owner's tombstone, set for ARGV[6] ms (one lease) so that an acquire of the owner arriving
 -- late takes nothing (see fair_acquire.lua)
@@ -12,13 +14,13 @@ local function release()
 end
 
 local function wake_head()
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if not head then
+    return -- nobody queued (a plain lock's release: the common case costs one LINDEX)
+  end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  while true do
-    local head = redis.call('LINDEX', KEYS[2], 0)
-    if not head then
-      return
-    end
+  while head do
     local lapses = tonumber(redis.call('ZSCORE', KEYS[3], head) or '0')
     if lapses > now then
       redis.call('PUBLISH', ARGV[4] .. head, '1')
@@ -26,6 +28,7 @@ local function wake_head()
     end
     redis.call('LPOP', KEYS[2]) -- a waiter that stopped refreshing its place
     redis.call('ZREM', KEYS[3], head)
+    head = redis.call('LINDEX', KEYS[2], 0)
   end
 end
 

@@ -252,3 +252,40 @@ func TestFairSpinMode(t *testing.T) {
 	assert.Nil(t, c.notify.ps, "spin mode never subscribes")
 	c.notify.mu.Unlock()
 }
+
+// A fair waiter queued behind a plain holder (Obtain, or ObtainMany) is woken when that holder
+// lets go, not by its own timer. Here its timer would come only after its whole wait: with a
+// one-minute queue timeout and lease, a waiter comes back on its own after 20 s at the soonest,
+// and it waits at most 10 s; so each ObtainFair below succeeds only because the release woke it.
+func TestFairWaiterWokenByPlainRelease(t *testing.T) {
+	verifyNoLeaks(t)
+	c := newClient(t, nil, &Options{QueueTimeout: time.Minute, Lease: time.Minute})
+	ctx := ctxT(t, 30*time.Second)
+	for _, release := range []string{"Obtain", "ObtainMany"} {
+		t.Run(release, func(t *testing.T) {
+			key := uniqueKey(t)
+			var let func() error
+			if release == "Obtain" {
+				plain, err := c.Obtain(ctx, key)
+				require.NoError(t, err)
+				let = func() error { return plain.Release(ctx) }
+			} else {
+				m, err := c.ObtainMany(ctx, []KeyFloor{{Key: key}, {Key: uniqueKey(t)}})
+				require.NoError(t, err)
+				let = func() error { return m.Release(ctx) }
+			}
+			got := make(chan error, 1)
+			go func() {
+				l, err := c.ObtainFair(ctx, key, WithWait(10*time.Second))
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				got <- err
+			}()
+			waitQueued(t, c, key, 1)
+			require.NoError(t, let())
+			assert.NoError(t, <-got, "the plain release woke the fair waiter")
+			assert.Zero(t, queueLen(t, c, key))
+		})
+	}
+}

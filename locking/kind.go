@@ -60,7 +60,9 @@ func (c *Client) coreKind() *kind {
 		reentry:     reenterRedis,
 		queueBehind: true,
 		release: func(ctx context.Context, h *hold, last bool) (int64, error) {
-			return releaseScript.Run(ctx, c.rdb, []string{h.k.hash}, h.owner, h.k.channel, flag(last)).Int64()
+			// fair_release.lua, not release.lua alone: the last release also wakes the head
+			// of the key's fair queue, if an ObtainFair waits behind this plain holder.
+			return c.fairScript(ctx, h.k, h.owner, last, false, false)
 		},
 		forget: func(ctx context.Context, h *hold) { c.forget(ctx, h.k, h.owner) },
 		debt:   func(h *hold) func(context.Context) error { return c.forgetPay(h.k, h.owner) },

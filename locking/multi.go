@@ -67,7 +67,7 @@ type Multi struct {
 	contexts contexts // the live contexts from Context
 }
 
-// forget deletes each of ks if still held by m (forget.lua, pipelined), best effort,
+// forget deletes each of ks if still held by m (fair_release.lua's clean-up, pipelined), best effort,
 // bounded by CallTimeout only.
 func (m *Multi) forget(ctx context.Context, ks []keys) {
 	if len(ks) == 0 {
@@ -75,8 +75,8 @@ func (m *Multi) forget(ctx context.Context, ks []keys) {
 	}
 	cctx, cancel := m.c.bestEffort(ctx)
 	defer cancel()
-	cmds := evalEach(cctx, m.c.rdb, forgetScript, ks, func(k keys) ([]string, []any) {
-		return []string{k.hash, k.gone(m.owner)}, []any{m.owner, k.channel, "1", m.c.lease.Milliseconds()}
+	cmds := evalEach(cctx, m.c.rdb, fairReleaseScript, ks, func(k keys) ([]string, []any) {
+		return m.c.fairArgs(k, m.owner, true, true, true)
 	})
 	for i, k := range ks { // a key whose clean-up did not reach Redis is owed (debts.go)
 		m.c.debts.owe(k, m.owner, cmds[i].Err(), m.c.forgetPay(k, m.owner))
@@ -234,8 +234,8 @@ func (m *Multi) Release(ctx context.Context) error {
 	}
 	cctx, cancel := m.c.bestEffort(ctx)
 	defer cancel()
-	cmds := evalEach(cctx, m.c.rdb, releaseScript, m.keys, func(k keys) ([]string, []any) {
-		return []string{k.hash}, []any{m.owner, k.channel, "1"}
+	cmds := evalEach(cctx, m.c.rdb, fairReleaseScript, m.keys, func(k keys) ([]string, []any) {
+		return m.c.fairArgs(k, m.owner, true, false, false) // and wake a fair waiter of each key
 	})
 	var (
 		errs []error

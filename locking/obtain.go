@@ -209,7 +209,8 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 		return 0, sent, time.Duration(res[1]) * time.Millisecond, nil
 	}
 	err = c.ackAcquired(ctx, conn, k.name, func(ctx context.Context) error {
-		return releaseScript.Run(ctx, c.rdb, []string{k.hash}, owner, k.channel, "1").Err()
+		_, err := c.fairScript(ctx, k, owner, true, false, false) // and wake a fair waiter
+		return err
 	}, func(ctx context.Context) { c.forget(ctx, k, owner) })
 	if err != nil { // ErrNotReplicated: given back, try again; anything else ends the wait
 		return 0, sent, c.retryAfterShortfall(), err
