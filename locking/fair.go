@@ -29,7 +29,9 @@ var (
 // a release wakes the head only (one channel per waiter, no thundering herd), whether the
 // holder took the lock with ObtainFair, Obtain or ObtainMany. A waiter keeps
 // its place by refreshing it every QueueTimeout/3; one that vanishes (crash, partition) is
-// dropped QueueTimeout after its last refresh, and one that gives up (ctx, wait limit)
+// dropped QueueTimeout after its last refresh (by default 5s, or the lease if shorter: until
+// then, at the head of the queue, it holds up the waiters behind it as a vanished holder
+// would for its lease), and one that gives up (ctx, wait limit)
 // leaves the queue at once, so neither blocks those behind it for long.
 //
 // The lock is the same as Obtain's (same hash, fencing counter, tokens, lease, watchdog,
@@ -145,12 +147,14 @@ func (c *Client) fairKind() *kind {
 		}}
 }
 
-// queueTimeout is the fair-lock waiter timeout: Options.QueueTimeout or its default, at least
-// three call timeouts so that a live waiter always refreshes its place in time.
+// queueTimeout is the fair-lock waiter timeout: Options.QueueTimeout, or by default
+// DefaultQueueTimeout or the lease if that is shorter (a waiter that vanished at the head of
+// the queue then blocks those behind it no longer than a holder that vanished would); at least
+// three call timeouts, so that a live waiter always refreshes its place in time.
 func (c *Client) queueTimeout() time.Duration {
 	d := c.family.queueTimeout
 	if d <= 0 {
-		d = DefaultQueueTimeout
+		d = min(DefaultQueueTimeout, c.lease)
 	}
 	return max(d, 3*c.callTimeout)
 }

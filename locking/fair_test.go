@@ -289,3 +289,44 @@ func TestFairWaiterWokenByPlainRelease(t *testing.T) {
 		})
 	}
 }
+
+// A waiter that vanishes at the head of the queue (its process partitioned or killed: it can
+// neither refresh its place nor leave) holds up the waiters behind it until its place lapses:
+// by default no longer than the lease, as a vanished holder would. Here the lease is 1s; with
+// the queue timeout's old default, 5s, the next waiter's 3s wait ran out first.
+func TestFairVanishedHeadLapsesWithinLease(t *testing.T) {
+	opts := &Options{Lease: time.Second, CallTimeout: 250 * time.Millisecond}
+	a := newClient(t, nil, opts)
+	ctx := ctxT(t, 20*time.Second)
+	key := uniqueKey(t)
+	held, err := a.ObtainFair(ctx, key)
+	require.NoError(t, err)
+
+	rdb := newRedis(t, nil)
+	b := New(rdb, opts)
+	bctx, cancel := context.WithCancel(ctx)
+	bDone := make(chan struct{})
+	go func() {
+		defer close(bDone)
+		_, _ = b.ObtainFair(bctx, key)
+	}()
+	waitQueued(t, a, key, 1)
+	require.NoError(t, rdb.Close()) // b vanishes: its calls no longer reach Redis
+	cancel()
+	<-bDone
+	_ = b.Close()
+	require.Equal(t, int64(1), queueLen(t, a, key), "the vanished waiter's place is still queued")
+
+	c := newClient(t, nil, opts)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.ObtainFair(ctx, key, WithWait(3*time.Second))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, a, key, 2)
+	require.NoError(t, held.Release(ctx))
+	assert.NoError(t, <-got, "the next waiter had the lock once the vanished head's place lapsed")
+}

@@ -86,7 +86,9 @@ type Options struct {
 	// QueueTimeout is how long a fair-lock waiter (Client.ObtainFair) keeps its place in the
 	// queue without refreshing it: a waiter that vanishes (crash, partition) is dropped this
 	// long after its last attempt, and a live waiter refreshes its place every
-	// QueueTimeout/3. Default 5s; never less than 3*CallTimeout.
+	// QueueTimeout/3. Default 5s, or Lease if that is shorter (a vanished waiter at the head
+	// of the queue holds up those behind it no longer than a vanished holder would); never
+	// less than 3*CallTimeout.
 	QueueTimeout time.Duration
 }
 
