@@ -2,7 +2,6 @@ package inventory_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,41 +32,12 @@ func TestStreamAloneAdmitsLateBuyers(t *testing.T) {
 }
 
 func testStreamAloneAdmitsLateBuyers(t *testing.T, be backend) {
-	srv := redistest.Start(t)
-	_, path := openDB(t, be)
-	lateSold := make(chan struct{})
-	var calls atomic.Int32
-	holds := &holdRecorder{}
-	s := aloneService(t, srv, path, holds, func(ctx context.Context, d time.Duration) error {
-		if calls.Add(1) == 2 { // the late buyer's work
-			return nil
-		}
-		select { // the first buyer's work ends only once the late one is sold
-		case <-lateSold:
-			return nil
-		case <-time.After(20 * time.Second):
-			return errors.New("the late buyer was not admitted into the running hold")
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
-	id := resetItems(t, s, 10)[0]
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: inventory.StrategyLockGuard, Work: time.Second})
-		first <- err
-	}()
-	require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, time.Millisecond, "the first buyer works")
-	_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 3, Strategy: inventory.StrategyLockGuard, Work: time.Second})
-	require.NoError(t, err)
-	close(lateSold)
-	require.NoError(t, <-first)
-	require.Eventually(t, func() bool { return len(holds.get()) > 0 }, 10*time.Second, time.Millisecond, "the hold is over")
-	assert.Equal(t, []int{2}, holds.get(), "one hold sold to both")
-	orders := ordersOf(t, s, id)
+	lb := admitLateBuyer(t, be, inventory.Config{StreamAlone: true})
+	assert.Equal(t, []int{2}, lb.holds.get(), "one hold sold to both")
+	orders := ordersOf(t, lb.s, lb.id)
 	require.Len(t, orders, 2)
 	assertFenceOrder(t, orders)
-	assert.Equal(t, 5, statsOf(t, s, id).Stock)
+	assert.Equal(t, 5, statsOf(t, lb.s, lb.id).Stock)
 }
 
 // A hold that streams for a busy process lets go as soon as another process waits for one of

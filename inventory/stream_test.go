@@ -44,12 +44,37 @@ func lockGuardService(t testing.TB, srv *redistest.Server, path string, cfg inve
 func TestStreamHoldAdmitsLateBuyers(t *testing.T) { forEachBackend(t, testStreamHoldAdmitsLateBuyers) }
 
 func testStreamHoldAdmitsLateBuyers(t *testing.T, be backend) {
+	lb := admitLateBuyer(t, be, inventory.Config{StreamHold: time.Minute})
+	assert.Equal(t, []int{2}, lb.holds.get(), "one hold sold to both")
+	assert.Greater(t, lb.first.FenceToken, lb.late.FenceToken, "the late buyer's write came first, on the hold's token; the next write drew a greater one")
+	orders := ordersOf(t, lb.s, lb.id)
+	require.Len(t, orders, 2)
+	assertFenceOrder(t, orders)
+	assert.NotEqual(t, orders[0].BatchID, orders[1].BatchID, "two writes")
+	st := statsOf(t, lb.s, lb.id)
+	assert.Equal(t, 5, st.Stock)
+	assert.Equal(t, 5, st.SoldUnits)
+}
+
+// lateBuyer is what admitLateBuyer leaves: the Service, its item, the two receipts and the
+// holds recorded (the hold is over).
+type lateBuyer struct {
+	s           *inventory.Service
+	id          int64
+	first, late inventory.Receipt
+	holds       *holdRecorder
+}
+
+// admitLateBuyer runs a streaming hold's late buyer on a Service configured by cfg (its Sleep
+// is set here): a first buyer of 2 units works until a late buyer of 3 has been sold, so the
+// late one is sold only if the running hold admitted it. It waits until the hold is over.
+func admitLateBuyer(t *testing.T, be backend, cfg inventory.Config) lateBuyer {
+	t.Helper()
 	srv := redistest.Start(t)
 	_, path := openDB(t, be)
 	lateSold := make(chan struct{})
 	var calls atomic.Int32
-	holds := &holdRecorder{}
-	s := streamService(t, be, srv, path, time.Minute, holds, func(ctx context.Context, d time.Duration) error {
+	cfg.Sleep = func(ctx context.Context, d time.Duration) error {
 		if calls.Add(1) == 2 { // the late buyer's work
 			return nil
 		}
@@ -61,32 +86,25 @@ func testStreamHoldAdmitsLateBuyers(t *testing.T, be backend) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	})
-	id := resetItems(t, s, 10)[0]
+	}
+	lb := lateBuyer{holds: &holdRecorder{}}
+	lb.s = lockGuardService(t, srv, path, cfg, lb.holds)
+	lb.id = resetItems(t, lb.s, 10)[0]
 
 	first := make(chan error, 1)
-	var rec1 inventory.Receipt
 	go func() {
 		var err error
-		rec1, err = s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: inventory.StrategyLockGuard, Work: time.Second})
+		lb.first, err = lb.s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: lb.id, Quantity: 2, Strategy: inventory.StrategyLockGuard, Work: time.Second})
 		first <- err
 	}()
 	require.Eventually(t, func() bool { return calls.Load() == 1 }, 10*time.Second, time.Millisecond, "the first buyer works")
-	rec2, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 3, Strategy: inventory.StrategyLockGuard, Work: time.Second})
+	var err error
+	lb.late, err = lb.s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: lb.id, Quantity: 3, Strategy: inventory.StrategyLockGuard, Work: time.Second})
 	require.NoError(t, err)
 	close(lateSold)
 	require.NoError(t, <-first)
-
-	require.Eventually(t, func() bool { return len(holds.get()) > 0 }, 10*time.Second, time.Millisecond, "the hold is over")
-	assert.Equal(t, []int{2}, holds.get(), "one hold sold to both")
-	assert.Greater(t, rec1.FenceToken, rec2.FenceToken, "the late buyer's write came first, on the hold's token; the next write drew a greater one")
-	orders := ordersOf(t, s, id)
-	require.Len(t, orders, 2)
-	assertFenceOrder(t, orders)
-	assert.NotEqual(t, orders[0].BatchID, orders[1].BatchID, "two writes")
-	st := statsOf(t, s, id)
-	assert.Equal(t, 5, st.Stock)
-	assert.Equal(t, 5, st.SoldUnits)
+	require.Eventually(t, func() bool { return len(lb.holds.get()) > 0 }, 10*time.Second, time.Millisecond, "the hold is over")
+	return lb
 }
 
 // Streaming holds in two processes, with bursts of buyers and work: nothing oversold, every
