@@ -72,3 +72,68 @@ func testCartShortOnReadSpendsNothing(t *testing.T, be backend) {
 	assert.EqualValues(t, 1, worked.Load())
 	assert.EqualValues(t, 1, locked.Load())
 }
+
+// Two carts of one hold want the last unit of their other item: the write refuses the second
+// alone, naming that item, and commits the first with the hold's single purchase in one
+// transaction. Both carts passed the stock read (one unit was there for each), so the refusal
+// is the write's (writeSales reads the other items and fits each cart beside those before it).
+func TestCartShortAtWriteRefusedAlone(t *testing.T) { forEachBackend(t, testCartShortAtWriteRefusedAlone) }
+
+func testCartShortAtWriteRefusedAlone(t *testing.T, be backend) {
+	srv := redistest.Start(t)
+	db, _ := openDB(t, be)
+	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	other := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = other.Close() })
+	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc)})
+	t.Cleanup(func() { _ = s.Close() })
+	ids := resetItems(t, s, 100, 1)
+	a, b := ids[0], ids[1]
+
+	// Item a's lock is held elsewhere until the three requests wait in a's queue: one hold
+	// admits them together, in arrival order.
+	held, err := other.Obtain(t.Context(), inventory.ItemLockName(a))
+	require.NoError(t, err)
+	ctx := context.Background()
+	var first, second inventory.CartReceipt
+	var errFirst, errSecond, errPurchase error
+	done := make(chan struct{}, 3)
+	queued := func(n int) {
+		require.Eventually(t, func() bool { return inventory.Queued(s, inventory.StrategyLockGuard, a) == n },
+			10*time.Second, time.Millisecond, "%d requests queued at item %d", n, a)
+	}
+	go func() {
+		first, errFirst = s.Checkout(ctx, inventory.CheckoutRequest{Strategy: inventory.StrategyLockGuard, Lines: lines(a, 1, b, 1)})
+		done <- struct{}{}
+	}()
+	queued(1)
+	go func() {
+		second, errSecond = s.Checkout(ctx, inventory.CheckoutRequest{Strategy: inventory.StrategyLockGuard, Lines: lines(a, 2, b, 1)})
+		done <- struct{}{}
+	}()
+	queued(2)
+	go func() {
+		_, errPurchase = s.Purchase(ctx, inventory.PurchaseRequest{ItemID: a, Quantity: 3, Strategy: inventory.StrategyLockGuard})
+		done <- struct{}{}
+	}()
+	queued(3)
+	require.NoError(t, held.Release(t.Context()))
+	for range 3 {
+		<-done
+	}
+
+	require.NoError(t, errFirst, "the first cart takes b's last unit")
+	assert.NotZero(t, first.OrderID)
+	var short *inventory.ShortLinesError
+	require.ErrorAs(t, errSecond, &short, "the second cart, refused alone")
+	assert.Equal(t, []inventory.ShortLine{{ItemID: b, Requested: 1, Available: 0}}, short.Lines)
+	assert.Zero(t, second.OrderID)
+	require.NoError(t, errPurchase, "the hold's single purchase")
+	assert.Equal(t, 96, statsOf(t, s, a).Stock, "a: the first cart's 1 and the purchase's 3")
+	assert.Equal(t, 0, statsOf(t, s, b).Stock)
+	orders := ordersOf(t, s, a)
+	require.Len(t, orders, 2)
+	assert.Equal(t, orders[0].BatchID, orders[1].BatchID, "one write transaction: one batch id")
+	assertBalanced(t, s)
+}
