@@ -11,7 +11,6 @@ import (
 
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/locking"
 )
 
 // staleOther is a Locker whose one-attempt locks of one item carry a stale fencing token (1):
@@ -48,10 +47,8 @@ func TestCartStaleOtherLockDropsOnlyItsCarts(t *testing.T) {
 func testCartStaleOtherLockDropsOnlyItsCarts(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	db, _ := openDB(t, be)
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
-	other := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = other.Close() })
+	lc := lockClient(t, srv)
+	other := lockClient(t, srv)
 	obs := &anchorCount{carts: map[int64]int{}}
 	s0 := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc)})
 	ids := resetItems(t, s0, 100, 100, 100)
@@ -115,8 +112,7 @@ func TestCartsInStreamingHold(t *testing.T) { forEachBackend(t, testCartsInStrea
 func testCartsInStreamingHold(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	db, _ := openDB(t, be)
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
+	lc := lockClient(t, srv)
 	obs := &anchorCount{carts: map[int64]int{}}
 	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), StreamHold: time.Second, Holds: obs})
 	t.Cleanup(func() { _ = s.Close() })

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/locking"
 	"github.com/stockguard/stockguard/models"
 )
 
@@ -37,8 +36,7 @@ func TestCartShortOnReadSpendsNothing(t *testing.T) {
 func testCartShortOnReadSpendsNothing(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	db, _ := openDB(t, be)
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
+	lc := lockClient(t, srv)
 	var worked, locked atomic.Int32
 	l := inventory.NewLocker(lc)
 	s := newService(t, inventory.Config{DB: db, Locker: l, Multi: countingMulti{l.(inventory.MultiLocker), &locked},
@@ -77,15 +75,15 @@ func testCartShortOnReadSpendsNothing(t *testing.T, be backend) {
 // alone, naming that item, and commits the first with the hold's single purchase in one
 // transaction. Both carts passed the stock read (one unit was there for each), so the refusal
 // is the write's (writeSales reads the other items and fits each cart beside those before it).
-func TestCartShortAtWriteRefusedAlone(t *testing.T) { forEachBackend(t, testCartShortAtWriteRefusedAlone) }
+func TestCartShortAtWriteRefusedAlone(t *testing.T) {
+	forEachBackend(t, testCartShortAtWriteRefusedAlone)
+}
 
 func testCartShortAtWriteRefusedAlone(t *testing.T, be backend) {
 	srv := redistest.Start(t)
 	db, _ := openDB(t, be)
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
-	other := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = other.Close() })
+	lc := lockClient(t, srv)
+	other := lockClient(t, srv)
 	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc)})
 	t.Cleanup(func() { _ = s.Close() })
 	ids := resetItems(t, s, 100, 1)

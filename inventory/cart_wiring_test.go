@@ -10,7 +10,6 @@ import (
 
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/locking"
 )
 
 // OrderLines gives every order its lines: one for a purchase, one per item for a cart's order
@@ -101,8 +100,7 @@ func TestCartAdmission(t *testing.T) {
 	srv := redistest.Start(t)
 	db, _ := openDB(t, sqliteBackend)
 	working, proceed := make(chan struct{}), make(chan struct{})
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
+	lc := lockClient(t, srv)
 	adm := newAdmission(t, srv, 1, 20*time.Millisecond)
 	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Admission: adm,
 		Sleep: func(ctx context.Context, d time.Duration) error {

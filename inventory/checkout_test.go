@@ -26,8 +26,7 @@ var cartStrategies = []string{inventory.StrategyGuard, inventory.StrategyLockGua
 // Locker is also the MultiLocker), logging to log when it is not nil.
 func cartService(t testing.TB, db *gorm.DB, srv *redistest.Server, log *slog.Logger) *inventory.Service {
 	t.Helper()
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
+	lc := lockClient(t, srv)
 	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), Logger: log})
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -396,8 +395,7 @@ func testCheckoutNotStarvedByHotItem(t *testing.T, be backend) {
 	db, path := openDB(t, be)
 	// Batches of 4 for 32 buyers: the buyers' queue is never empty, the worker takes the lock
 	// again at once after each release.
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
+	lc := lockClient(t, srv)
 	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), MaxBatch: 4})
 	t.Cleanup(func() { _ = s.Close() })
 	ids := resetItems(t, s, 1_000_000, 100)

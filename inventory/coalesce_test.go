@@ -359,8 +359,7 @@ func (l lostAtOnceLocker) Obtain(ctx context.Context, key string, floor int64) (
 func TestCoalescedLockLostBeforeTheReadIsRetriedOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	db, _ := openDB(t, sqliteBackend)
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
+	lc := lockClient(t, srv)
 	var obtains atomic.Int64
 	s := newService(t, inventory.Config{DB: db, Locker: lostAtOnceLocker{inventory.NewLocker(lc), &obtains}})
 	id := resetItems(t, s, 5)[0]

@@ -54,6 +54,15 @@ func warmClient(t testing.TB, srv *redistest.Server) *redis.Client {
 	return rdb
 }
 
+// lockClient is a lock Client of srv (warmClient, the tests' key prefix), closed when the test
+// ends.
+func lockClient(t testing.TB, srv *redistest.Server) *locking.Client {
+	t.Helper()
+	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	return lc
+}
+
 // oblivious hands out locks whose holder cannot notice their loss: their context never ends
 // early, as for a process paused (GC, SIGSTOP, a slow VM) past its lease, which wakes up and
 // writes before any timer of its own fires.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
-	"github.com/stockguard/stockguard/locking"
 )
 
 // streamService is a lock+guard Service on a real lock whose holds keep admitting for stream.
@@ -27,8 +26,7 @@ func streamService(t *testing.T, be backend, srv *redistest.Server, path string,
 // when t ends.
 func lockGuardService(t testing.TB, srv *redistest.Server, path string, cfg inventory.Config, holds *holdRecorder) *inventory.Service {
 	t.Helper()
-	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
-	t.Cleanup(func() { _ = lc.Close() })
+	lc := lockClient(t, srv)
 	cfg.DB, cfg.Locker = openPath(t, path), inventory.NewLocker(lc)
 	if holds != nil {
 		cfg.Holds = holds
