@@ -80,24 +80,9 @@ type cartItem struct {
 
 // carts answers POST /api/lab/carts.
 func (l *api) carts(c *gin.Context) {
-	var req labCartRequest
-	if err := handlers.DecodeJSON(c.Request.Body, &req); err != nil {
-		handlers.WriteError(c, err)
-		return
-	}
-	if err := req.validate(); err != nil {
-		handlers.WriteError(c, err)
-		return
-	}
-	_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(labRunTimeout + 10*time.Second))
-	ctx, cancel := context.WithTimeout(c.Request.Context(), labRunTimeout)
-	defer cancel()
-	res, err := l.cartRun(ctx, l.instances(c), req)
-	if err != nil {
-		handlers.WriteError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, res)
+	serveRun(c, nil, func(ctx context.Context, req labCartRequest) (labCartResult, error) {
+		return l.cartRun(ctx, l.instances(c), req)
+	})
 }
 
 func (r labCartRequest) validate() error {

@@ -68,7 +68,22 @@ type labRunResult struct {
 // run answers POST /api/lab/run: a burst of purchases, round-robin across the instances,
 // with the chosen fault; it answers once every buyer has its answer.
 func (l *api) run(c *gin.Context) {
-	var req labRunRequest
+	serveRun(c, func(req labRunRequest) error {
+		if req.Fault == faultPause && l.sup == nil {
+			return errPauseUnsupported
+		}
+		return nil
+	}, func(ctx context.Context, req labRunRequest) (labRunResult, error) {
+		return l.burst(ctx, l.instances(c), req)
+	})
+}
+
+// serveRun answers a lab run's request: it decodes and validates the request (each error
+// answered in the API's one shape, before anything is sold), checks it against what this
+// process can do (check, nil for none), runs it under the lab's bound, and answers the result.
+func serveRun[Req interface{ validate() error }, Res any](c *gin.Context, check func(Req) error,
+	run func(context.Context, Req) (Res, error)) {
+	var req Req
 	if err := handlers.DecodeJSON(c.Request.Body, &req); err != nil {
 		handlers.WriteError(c, err)
 		return
@@ -77,15 +92,17 @@ func (l *api) run(c *gin.Context) {
 		handlers.WriteError(c, err)
 		return
 	}
-	if req.Fault == faultPause && l.sup == nil {
-		handlers.WriteError(c, errPauseUnsupported)
-		return
+	if check != nil {
+		if err := check(req); err != nil {
+			handlers.WriteError(c, err)
+			return
+		}
 	}
 	// The run may outlast the server's write timeout (a stall lasts three leases).
 	_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(labRunTimeout + 10*time.Second))
 	ctx, cancel := context.WithTimeout(c.Request.Context(), labRunTimeout)
 	defer cancel()
-	res, err := l.burst(ctx, l.instances(c), req)
+	res, err := run(ctx, req)
 	if err != nil {
 		handlers.WriteError(c, err)
 		return
