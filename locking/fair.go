@@ -100,8 +100,13 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 		}
 		if res[0] != 1 {
 			queued = queued || try == "0"
-			// Come back before the place lapses, even if nobody wakes us.
-			return nil, min(time.Duration(res[1])*time.Millisecond, timeout/3), nil
+			// Come back before the place lapses, even if nobody wakes us (and, for a lock hash
+			// without expiry, -1, set by hand, not at once).
+			wait := timeout / 3
+			if res[1] >= 0 {
+				wait = min(time.Duration(res[1])*time.Millisecond, wait)
+			}
+			return nil, wait, nil
 		}
 		err = c.ackAcquired(ctx, conn, key, func(ctx context.Context) error {
 			// Give the lock back and wake the head of the queue; this waiter joins it again.

@@ -47,8 +47,13 @@ if ARGV[5] ~= '1' then -- join the queue, or refresh our place in it
   if redis.call('ZADD', KEYS[5], now + tonumber(ARGV[6]), ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[4], ARGV[1])
   end
-  redis.call('PEXPIRE', KEYS[4], ARGV[6])
-  redis.call('PEXPIRE', KEYS[5], ARGV[6])
+  -- The queue outlives every place in it: a Client with a shorter queue timeout (another
+  -- lease) never shortens the TTL that a longer place needs.
+  for i = 4, 5 do
+    if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[6]) then
+      redis.call('PEXPIRE', KEYS[i], ARGV[6])
+    end
+  end
 end
 if free then
   return {0, tonumber(redis.call('ZSCORE', KEYS[5], head)) - now}

@@ -2,6 +2,7 @@ package locking
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -329,4 +330,67 @@ func TestFairVanishedHeadLapsesWithinLease(t *testing.T) {
 	waitQueued(t, a, key, 2)
 	require.NoError(t, held.Release(ctx))
 	assert.NoError(t, <-got, "the next waiter had the lock once the vanished head's place lapsed")
+}
+
+// Clients with different leases, so different default queue timeouts, share a fair key: the
+// one with the shorter timeout never shortens the queue's TTL under the longer one's place.
+// Here the short waiter (lease 300ms: queue timeout 300ms) joins behind the long one (queue
+// timeout 5s, refreshed every 1.7s) and leaves; well before the long one refreshes, and well
+// after 300ms, the long one's place is still queued, and the release wakes it.
+func TestFairMixedQueueTimeouts(t *testing.T) {
+	holder := newClient(t, nil, nil)
+	long := newClient(t, nil, nil)
+	short := newClient(t, nil, &Options{Lease: 300 * time.Millisecond})
+	ctx := ctxT(t, 20*time.Second)
+	key := uniqueKey(t)
+	held, err := holder.ObtainFair(ctx, key)
+	require.NoError(t, err)
+
+	got := make(chan error, 1)
+	go func() {
+		l, err := long.ObtainFair(ctx, key)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, holder, key, 1)
+	sctx, cancel := context.WithCancel(ctx)
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		_, _ = short.ObtainFair(sctx, key)
+	}()
+	waitQueued(t, holder, key, 2)
+	cancel()
+	<-left
+	time.Sleep(700 * time.Millisecond) // past the short queue timeout, before the long one's refresh
+	require.Equal(t, int64(1), queueLen(t, holder, key), "the long waiter's place outlived the short one's timeout")
+	require.NoError(t, held.Release(ctx))
+	assert.NoError(t, <-got, "the long waiter took its turn")
+}
+
+// A lock hash without expiry (set by hand: PTTL -1) is not polled at once, again and again,
+// by a fair waiter, nor by a plain one: each comes back after its usual period (a third of
+// the queue timeout; the lease), so a 500ms wait makes a handful of attempts, not hundreds.
+func TestLockWithoutExpiryNotPolledFast(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			rdb := newRedis(t, nil)
+			c := New(rdb, &Options{Lease: 600 * time.Millisecond, DisableWatchdog: true})
+			t.Cleanup(func() { _ = c.Close() })
+			ctx := ctxT(t, 10*time.Second)
+			key := uniqueKey(t)
+			require.NoError(t, rdb.HSet(ctx, c.keysFor(key).hash, "someone-by-hand", 1).Err())
+			counter := &countCommands{}
+			rdb.AddHook(counter)
+			obtain := c.Obtain
+			if fair {
+				obtain = c.ObtainFair
+			}
+			_, err := obtain(ctx, key, WithWait(500*time.Millisecond))
+			require.ErrorIs(t, err, ErrNotObtained)
+			assert.Less(t, counter.n.Load(), int64(40), "commands sent during the wait")
+		})
+	}
 }

@@ -18,7 +18,8 @@ type Keys struct {
 //	P{K}:fence           string: the last fencing token issued for K
 //	P{K}:released        channel: published (payload: owner token) on the last release
 //	P{K}:gone:<owner>    string, PEXPIRE = lease: the tombstone of an owner that gave up
-//	                     and cleaned up (forget.lua): an acquire of that owner arriving at
+//	                     and cleaned up (fair_release.lua's clean-up; forget.lua on a
+//	                     Redlock node): an acquire of that owner arriving at
 //	                     Redis after its clean-up (late, on another connection) takes nothing
 //	P{K}:waiting         sorted set: owner of a waiting Obtain -> when its interest lapses
 //	                     (ms, Redis clock): a little after the lease its last attempt saw,

@@ -53,8 +53,9 @@ const (
 	reenterLocal                // Redlock: the process counts the holds, Redis is not called
 )
 
-// coreKind is the core lock's kind: release.lua, renew.lua and ttl.lua on the Client's
-// Redis; its acquire attempt is Client.acquire (obtain.go, acquire.lua).
+// coreKind is the core lock's kind: fair_release.lua (release.lua and the fair queue's
+// wake-up), renew.lua and ttl.lua on the Client's Redis; its acquire attempt is Client.acquire
+// (obtain.go, acquire.lua).
 func (c *Client) coreKind() *kind {
 	return &kind{
 		reentry:     reenterRedis,
@@ -127,8 +128,9 @@ func (c *Client) ttl(ctx context.Context, h *hold) (time.Duration, error) {
 // forget deletes the lock if owner still holds it: after an attempt whose reply was lost
 // (it may have taken the lock), or after a loss that left the key in Redis. Best effort,
 // bounded by CallTimeout only: ctx may have ended, which is what made the reply go missing.
-// It leaves owner's tombstone (forget.lua): the lost call may not have reached Redis yet
-// (Redis may serve this call's connection first), and when it does it takes nothing.
+// It leaves owner's tombstone (forgetPay: fair_release.lua's clean-up): the lost call may
+// not have reached Redis yet (Redis may serve this call's connection first), and when it
+// does it takes nothing.
 func (c *Client) forget(ctx context.Context, k keys, owner string) {
 	cctx, cancel := c.bestEffort(ctx)
 	defer cancel()
@@ -136,6 +138,7 @@ func (c *Client) forget(ctx context.Context, k keys, owner string) {
 	c.debts.owe(k, owner, pay(cctx), pay) // paid before this Client's next attempt on k
 }
 
-// errAbandoned is the answer of an acquire whose owner's tombstone exists (forget.lua). Only
-// a call that reaches Redis after its own clean-up sees it, and nobody waits for that reply.
+// errAbandoned is the answer of an acquire whose owner's tombstone exists (left by a
+// clean-up: fair_release.lua's for the core lock, forget.lua on Redlock's nodes). Only a call
+// that reaches Redis after its own clean-up sees it, and nobody waits for that reply.
 var errAbandoned = errors.New("locking: owner given up and cleaned up")

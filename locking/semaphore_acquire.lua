@@ -24,8 +24,10 @@ local ticket = redis.call('INCR', KEYS[3])
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZADD', KEYS[2], ticket, ARGV[1])
 if redis.call('ZRANK', KEYS[2], ARGV[1]) < tonumber(ARGV[3]) then
-  for i = 1, 3 do -- the keys outlive every permit by at most one lease
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  for i = 1, 3 do -- the keys outlive every permit (a shorter lease never shortens them)
+    if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    end
   end
   return {1, 0}
 end

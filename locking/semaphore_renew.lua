@@ -7,8 +7,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if exp and tonumber(exp) > now then
   redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-  for i = 1, 3 do
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  for i = 1, 3 do -- as semaphore_acquire.lua: lengthened, never shortened
+    if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    end
   end
   return 1
 end

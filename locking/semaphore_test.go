@@ -242,3 +242,27 @@ func TestSemaphoreKeysExpire(t *testing.T) {
 	}
 	require.NoError(t, p.Release(ctx))
 }
+
+// Semaphores with different leases share a key: a permit of the shorter lease, taken, renewed
+// and given back, never shortens the keys under the longer lease's permit, so that permit
+// still counts once the shorter lease has run out, and no more than N are held.
+func TestSemaphoreMixedLeases(t *testing.T) {
+	long := newSemaphore(t, nil, 2, nil)
+	short := newSemaphore(t, nil, 2, &Options{Lease: 300 * time.Millisecond})
+	ctx := ctxT(t, 10*time.Second)
+	key := uniqueKey(t)
+	a, err := long.Acquire(ctx, key)
+	require.NoError(t, err)
+	b, err := short.Acquire(ctx, key)
+	require.NoError(t, err)
+	time.Sleep(250 * time.Millisecond) // b's watchdog renews it (every 100ms)
+	require.NoError(t, b.Release(ctx))
+	time.Sleep(700 * time.Millisecond) // past the short lease
+	assert.EqualValues(t, 1, permitsHeld(t, long, key), "the long lease's permit is still held")
+	c, err := short.TryAcquire(ctx, key)
+	require.NoError(t, err)
+	_, err = short.TryAcquire(ctx, key)
+	assert.ErrorIs(t, err, ErrNotObtained, "two permits are held: the long lease's and c")
+	require.NoError(t, c.Release(ctx))
+	require.NoError(t, a.Release(ctx))
+}
