@@ -98,8 +98,9 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 	writingUnits := 0
 	open, lost := true, lockCtx.Done()
 	token := held.Token()
+	var spent int64 // the last token a write's transaction ran under, committed or not
 	begin := func() {
-		if token <= q.fence { // this hold has written with it: the next one
+		if token <= max(q.fence, spent) { // this hold has written with it: the next one
 			if t, err := tokens.next(); err == nil {
 				token = t
 			} else {
@@ -122,7 +123,9 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 		writing = ch
 		go func() { // owner: streamHold, which receives it
 			r := pw.commit(ctx, lockCtx)
-			if more {
+			// A write refused behind a newer token is answered by the hold once it has
+			// stopped admitting: answered now, a buyer's one retry could rejoin this hold.
+			if more && !r.behind() {
 				for _, rp := range r.replies {
 					rp.send()
 				}
@@ -151,6 +154,17 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			working = len(inFlight) - len(done) // inFlight: the ones working and done
 		case r := <-writing:
 			writing = nil
+			if r.tried {
+				// Never again under this token, even when the write failed: had its COMMIT
+				// landed with its answer lost, the fence would refuse every later write.
+				spent = r.token
+			}
+			if r.behind() {
+				// The tokens this hold draws may all be behind the fence: it stops admitting
+				// (before it answers the refused buyers), and their one retry goes to the next
+				// hold, whose token is floored above the fence just seen (apply).
+				open = false
+			}
 			r.apply(q)
 			written += r.written
 			reserved -= writingUnits

@@ -38,11 +38,17 @@ type writeResult struct {
 	carts   int       // carts among the orders written
 	stock   int       // the item's stock after the write, as far as the worker knows
 	fenced  bool      // the write committed under token: the fence has seen it
+	tried   bool      // a transaction ran under token: it is spent even if the write failed (a COMMIT whose answer was lost may have landed)
+	seen    int64     // the anchor's fence when the database refused token as stale (0: not refused so)
 	token   int64     // the anchor's token the write used
 	reread  bool      // the write read the item again (read, readAt)
 	read    int       // that read's stock
 	readAt  time.Time // when that read began
 }
+
+// behind reports that the database refused the write's token because a newer one has written
+// the item: the lock was taken over, or Redis's counter went back.
+func (r writeResult) behind() bool { return r.seen > r.token }
 
 // apply records in q what the write changed: the stock, the fence, the carts sold, the read.
 func (r writeResult) apply(q *itemQueue) {
@@ -51,6 +57,7 @@ func (r writeResult) apply(q *itemQueue) {
 	if r.fenced {
 		q.fence = r.token
 	}
+	q.fence = max(q.fence, r.seen) // the floor of the next hold's token
 	if r.reread {
 		q.read, q.readAt = r.read, r.readAt
 	}
@@ -133,6 +140,7 @@ func (pw *pendingWrite) commit(ctx, lockCtx context.Context) writeResult {
 				sales[i] = sale{p: w.p, lines: w.cart.c.lines, record: w.cart.record(false)}
 			}
 		}
+		out.tried = true
 		res, err := s.store.writeSales(ctx, pw.itemID, sales, s.name, tokens)
 		// A short stock the hold did not read: another writer without the lock took stock.
 		moved := errors.Is(err, ErrSoldOut) || errors.Is(err, ErrInsufficientStock) || errors.Is(err, errRaced)
@@ -176,6 +184,10 @@ func (pw *pendingWrite) commit(ctx, lockCtx context.Context) writeResult {
 			err = fmt.Errorf("%w: item %d: lock lost before the write", ErrLockLost, pw.itemID)
 		case moved:
 			err = fmt.Errorf("%w: item %d: the stock kept changing under the lock", ErrUnavailable, pw.itemID)
+		}
+		var stale *staleFenceError
+		if errors.As(err, &stale) && stale.itemID == pw.itemID {
+			out.seen = stale.seen
 		}
 		// Event point: a fence refusal (ErrLockLost) or an error; nothing was written.
 		for _, w := range ready {
