@@ -182,7 +182,7 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 				last = r.replies
 				continue
 			}
-			s.releaseIdleOthers(ctx, q, hl, inFlight)
+			s.releaseIdleOthers(ctx, q, hl, inFlight, tokens.applyOthers)
 			for _, r := range r.replies {
 				r.send()
 			}
@@ -274,7 +274,9 @@ const otherIdle = time.Second
 
 // releaseIdleOthers gives back the carts' other locks of hl that no cart in
 // flight needs and that no cart needed for otherIdle; a prefetched token of one is then unused.
-func (s *coalesced) releaseIdleOthers(ctx context.Context, q *itemQueue, hl *holdLocks, inFlight map[*waiter]bool) {
+// settle ends the draws of the other locks' next tokens still in progress first: a draw that
+// reached Redis after the release would find the lock gone and report it lost.
+func (s *coalesced) releaseIdleOthers(ctx context.Context, q *itemQueue, hl *holdLocks, inFlight map[*waiter]bool, settle func()) {
 	now := time.Now()
 	var idle []int64
 	for id, o := range hl.others {
@@ -289,6 +291,9 @@ func (s *coalesced) releaseIdleOthers(ctx context.Context, q *itemQueue, hl *hol
 		if w.cart != nil {
 			idle = slices.DeleteFunc(idle, func(id int64) bool { return slices.Contains(w.cart.others(q.id), id) })
 		}
+	}
+	if len(idle) > 0 {
+		settle()
 	}
 	for _, id := range idle {
 		o := hl.others[id]
