@@ -18,7 +18,7 @@ var _ Held = (*locking.Lock)(nil)
 // It is also a MultiLocker (Client.ObtainMany), for carts and holds.
 func NewLocker(c *locking.Client) Locker {
 	// The coalesced holds take every lock in turn (ObtainInTurn, and TryObtain never ahead of
-	// a queued hold): a fair lock's waiter is woken by the release of a fair holder only.
+	// a queued hold of another process).
 	return redisMultiLocker{redisLocker: redisLocker{obtain: c.Obtain, try: c.TryObtainFair, fair: c.ObtainFair}, many: c.ObtainMany}
 }
 

@@ -73,7 +73,9 @@ func (c *Client) coreKind() *kind {
 			return refenceScript.Run(ctx, c.rdb, []string{h.k.hash, h.k.fence}, h.owner).Int64()
 		},
 		waiters: func(ctx context.Context, h *hold) (int, error) {
-			n, err := c.waitersIn(ctx, h.owner, h.k.waiting())
+			// The Obtains that wait, and the ObtainFairs queued behind this plain holder
+			// (its release wakes them too).
+			n, err := c.waitersIn(ctx, h.owner, h.k.waiting(), h.k.fair().timeouts)
 			// A waiter of this Client queued behind another of its waiters has not tried
 			// yet, so it may not be in the waiting set: the notifier knows it.
 			if err == nil && n == 0 && c.notify.queued(h.k.channel) {

@@ -82,7 +82,7 @@ func (l *Lock) NextToken(ctx context.Context) (int64, error) {
 // attempt found the key taken (each recorded its owner in the key's waiting set, P{K}:waiting,
 // until a little after the lease that attempt saw, when it tries again; it leaves the set when
 // it takes the lock or gives up), and at least one when a waiter of this Client is queued for
-// it. A fair lock's waiters are its queue and those Obtains. Waiters of one Client queued behind its first are
+// it, and the ObtainFairs queued for the key (a fair lock's waiters are the same). Waiters of one Client queued behind its first are
 // not counted until they try, so the count is close to the number of processes waiting. A
 // holder that could keep the lock for long, serving its own callers one after another, asks it
 // to know when to let go, and how many turns to leave to others (inventory's streaming holds

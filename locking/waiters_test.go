@@ -145,7 +145,8 @@ func TestWaitersWaiterThatDiedLapses(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
-// The fair lock's waiters are its queue; Redlock and the semaphore do not record theirs.
+// The fair lock's waiters are its queue, which a plain holder counts too; Redlock and the
+// semaphore do not record theirs.
 func TestWaitersByKind(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
@@ -172,6 +173,20 @@ func TestWaitersByKind(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-core, ErrNotObtained)
 	require.NoError(t, l.Release(ctx))
+
+	// A plain holder counts the fair waiters queued behind it (its release wakes them).
+	plain, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+	wctx, cancel = context.WithCancel(ctx)
+	go func() {
+		_, err := other.ObtainFair(wctx, key, WithWait(time.Minute))
+		got <- err
+	}()
+	eventuallyWaiters(t, ctx, plain, 1, "a fair waiter is queued behind a plain holder")
+	cancel()
+	require.Error(t, <-got)
+	eventuallyWaiters(t, ctx, plain, 0, "it left the queue")
+	require.NoError(t, plain.Release(ctx))
 
 	rl := NewRedlock([]redis.UniversalClient{newRedis(t, srv)}, nil)
 	t.Cleanup(func() { _ = rl.Close() })
