@@ -117,11 +117,9 @@ func describeOutcome(out Outcome) string {
 //
 // It is the one place that decides what an answer promises: 2xx is Sold (Indeterminate when
 // code is not empty: a receipt that could not be read, "bad_body"); 409 sold_out and
-// insufficient_stock are SoldOut and Insufficient; 429 overloaded, 503 lock_timeout,
-// lock_lost (the fenced write was refused, or the lock was gone before it) and
-// lock_not_replicated (the lock was given back before any write) and every other
-// 4xx are Refused; anything else (no answer, 500, 503 unavailable, an unknown 5xx) is
-// Indeterminate.
+// insufficient_stock are SoldOut and Insufficient; 429 overloaded, the 503s answered before
+// any write (RefusedBeforeWrite) and every other 4xx are Refused; anything else (no answer,
+// 500, 503 unavailable, an unknown 5xx) is Indeterminate.
 func PurchaseOutcome(status int, code string, remaining int) Outcome {
 	switch {
 	case status >= 200 && status < 300 && code == "":
@@ -132,7 +130,7 @@ func PurchaseOutcome(status int, code string, remaining int) Outcome {
 		return SoldOut{}
 	case status == http.StatusConflict && code == "insufficient_stock":
 		return Insufficient{}
-	case status == http.StatusServiceUnavailable && (code == "lock_timeout" || code == "lock_lost" || code == "lock_not_replicated"):
+	case RefusedBeforeWrite(status, code):
 		return Refused{Code: code}
 	case status >= 400 && status < 500:
 		return Refused{Code: code}
@@ -140,4 +138,17 @@ func PurchaseOutcome(status int, code string, remaining int) Outcome {
 		return Indeterminate{Cause: code}
 	}
 	return Indeterminate{Cause: fmt.Sprintf("%d %s", status, code)}
+}
+
+// refusedBeforeWrite are the codes of the 503s a storefront answers before any write
+// (docs/DESIGN.md §11): at_capacity (too many in flight, answered before the body is read),
+// lock_timeout, lock_lost (the fenced write was refused, or the lock was gone before it) and
+// lock_not_replicated (the lock was given back before any write).
+var refusedBeforeWrite = map[string]bool{"at_capacity": true, "lock_timeout": true, "lock_lost": true, "lock_not_replicated": true}
+
+// RefusedBeforeWrite reports whether an answer promises that nothing was written: a 503 with
+// one of the codes answered before any write. The load test's checks read a purchase's other
+// 5xx answers as of unknown outcome (its commit may have landed).
+func RefusedBeforeWrite(status int, code string) bool {
+	return status == http.StatusServiceUnavailable && refusedBeforeWrite[code]
 }

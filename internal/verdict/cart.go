@@ -352,6 +352,7 @@ func (f *Findings) checkHeld(items []Item, orders []Order, want map[int64]wantOr
 				s.SoldUnits, s.OrderCount, sold[s.ItemID], count[s.ItemID])
 		}
 	}
+	f.checkListed(items, sold)
 	// Order ids of one item follow its writes: every write of an item takes the item's row
 	// lock before it inserts its order.
 	items2 := make([]int64, 0, len(tokens))

@@ -133,3 +133,12 @@ func TestCheckCartsReplayedConfirmAfterExpiry(t *testing.T) {
 	assert.Equal(t, Safe, f.Verdict(), "%v", f.Violations)
 	assert.Zero(t, f.ExpiredConfirmed)
 }
+
+// A cart's units of an item the stats do not list are a stats mismatch, as for purchases.
+func TestCheckCartsUnlistedItem(t *testing.T) {
+	r := cartRun()
+	r.Items = r.Items[:1] // item 2, which the cart and a hold sold from, is not listed
+	f := CheckCarts(r)
+	assert.Equal(t, 1, f.StatsMismatch, "%v", f.Violations)
+	assert.NotEqual(t, Safe, f.Verdict())
+}

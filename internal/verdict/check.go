@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -228,6 +229,27 @@ func (f *Findings) checkStock(items []Item, orders []Order) {
 			f.violate("item %d: stats say %d units in %d orders, the order rows %d in %d", s.ItemID,
 				s.SoldUnits, s.OrderCount, soldByItem[s.ItemID], countByItem[s.ItemID])
 		}
+	}
+	f.checkListed(items, soldByItem)
+}
+
+// checkListed counts as a stats mismatch every item that order rows sold (sold: units by
+// item) and the stats do not list: its units were checked against no stock.
+func (f *Findings) checkListed(items []Item, sold map[int64]int) {
+	listed := make(map[int64]bool, len(items))
+	for _, s := range items {
+		listed[s.ItemID] = true
+	}
+	var unlisted []int64
+	for id := range sold {
+		if !listed[id] {
+			unlisted = append(unlisted, id)
+		}
+	}
+	slices.Sort(unlisted)
+	for _, id := range unlisted {
+		f.StatsMismatch++
+		f.violate("item %d: the orders sold %d units of it, and the stats do not list it", id, sold[id])
 	}
 }
 

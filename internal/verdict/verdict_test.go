@@ -160,3 +160,18 @@ func TestViolationsAreBounded(t *testing.T) {
 	assert.Equal(t, 30, f.NegativeStock)
 	assert.Equal(t, Oversold, f.Verdict())
 }
+
+// Orders of an item the stats do not list were checked against no stock: a stats mismatch,
+// not SAFE (15 units sold of item 2, listed nowhere).
+func TestCheckOrdersOfAnUnlistedItem(t *testing.T) {
+	var ps []Purchase
+	var orders []Order
+	for i := range 15 {
+		k := string(rune('a' + i))
+		ps = append(ps, Purchase{Key: k, ItemID: 2, Quantity: 1, Attempts: []Answer{{Status: 201, OrderID: int64(i + 1), Strategy: "guard"}}})
+		orders = append(orders, Order{OrderID: int64(i + 1), ItemID: 2, Quantity: 1, Strategy: "guard", IdempotencyKey: keyOf(k)})
+	}
+	f := Check("guard", ps, []Item{{ItemID: 1, InitialStock: 10, Stock: 10}}, orders)
+	assert.Equal(t, 1, f.StatsMismatch)
+	assert.Equal(t, OrderMismatch, f.Verdict(), f.Violations)
+}

@@ -3,19 +3,17 @@ package checks
 import (
 	"net/http"
 
+	"github.com/stockguard/stockguard/internal/linearize"
 	"github.com/stockguard/stockguard/loadtest/client"
 )
-
-// refusedBeforeWrite are the 5xx codes a storefront answers before any write: a purchase
-// answered with one of them wrote nothing.
-var refusedBeforeWrite = map[string]bool{"at_capacity": true, "lock_timeout": true, "lock_lost": true}
 
 // ambiguous reports whether r is a server error whose purchase may have been written: the
 // storefront lost its database (or its process) around the commit and cannot tell whether the
 // commit landed ("unavailable", "internal"). Its outcome is unknown to the client, who replays
-// it with its key, as after a lost answer.
+// it with its key, as after a lost answer. A refusal before any write
+// (linearize.RefusedBeforeWrite, the history's rule too) is not.
 func ambiguous(r client.PurchaseResult) bool {
-	return r.Status >= http.StatusInternalServerError && !refusedBeforeWrite[r.Code]
+	return r.Status >= http.StatusInternalServerError && !linearize.RefusedBeforeWrite(r.Status, r.Code)
 }
 
 // Ambiguous reports whether no attempt or replay of p got a 2xx and some got an ambiguous

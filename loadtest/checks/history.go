@@ -85,9 +85,18 @@ func History(ctx context.Context, cfg config.Config, ops []linearize.Operation, 
 			reasons = append(reasons, fmt.Sprintf("item %d: %s", r.Item, r.Reason))
 		}
 	}
+	checked := 0
+	for _, r := range res {
+		checked += r.Checked
+	}
 	switch linearize.Overall(res) {
 	case linearize.Ok:
 		h.Verdict = Linearizable
+		if checked == 0 {
+			// Nothing of a known outcome was recorded: no history to call linearizable.
+			h.Verdict = Unknown
+			reasons = append(reasons, "nothing to check: no operation of the run was recorded with an outcome the model orders")
+		}
 	case linearize.Illegal:
 		h.Verdict = NotLinearizable
 	default:

@@ -50,8 +50,20 @@ func (r *Report) writeHistory(w io.Writer) {
 				fmt.Fprintf(w, "  %-*s     visualization: %s\n", width, "", it.Visualization)
 			}
 		}
-		if h.Verdict != checks.Linearizable && len(h.Items) == 0 && h.Reason != "" {
-			fmt.Fprintf(w, "  %-*s   %s\n", width, "", h.Reason)
+		if note := historyNote(h); note != "" {
+			fmt.Fprintf(w, "  %-*s   %s\n", width, "", note)
 		}
 	}
+}
+
+// historyNote is what a history's report says besides its items' lines: its reason (why it
+// was not checked, or what it left out, as the holds workload's items that holds touch), unless
+// an item line that is not ok shows it already.
+func historyNote(h *checks.HistoryResult) string {
+	for _, it := range h.Items {
+		if it.Result != string(linearize.Ok) {
+			return ""
+		}
+	}
+	return h.Reason
 }

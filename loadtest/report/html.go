@@ -26,6 +26,8 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"work":  fmtWork,
 	"batch": fmtBatch,
 	"base":  filepath.Base,
+	// historyNote is a history's reason when no item line carries it (history.go).
+	"historyNote": historyNote,
 	// mixStrip draws a -chaos mix run's faults (timeline.go).
 	"mixStrip": mixStrip,
 	// laneStrip draws a -chaos pause run's hot item lock, per instance (lanes.go).

@@ -13,7 +13,6 @@ import (
 
 	"github.com/stockguard/stockguard/internal/storeapi"
 	"github.com/stockguard/stockguard/internal/verdict"
-	"github.com/stockguard/stockguard/loadtest/checks"
 	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/cluster"
 	"github.com/stockguard/stockguard/loadtest/config"
@@ -192,30 +191,10 @@ func (r *pitfallRun) async(ctx context.Context, a *client.API, id int64, strateg
 	return func() client.PurchaseResult { return <-ch }
 }
 
-// finish reads the item's stats, fills the row's numbers and verdict, and records the row.
+// finish reads the item's stats, fills the row's numbers and verdict, and records the row
+// (finishItems of the one item: an item the stats do not show is an error, not an empty row).
 func (r *pitfallRun) finish(ctx context.Context, row report.PitfallRow, id int64, results []client.PurchaseResult) error {
-	stats, err := r.apis[0].Stats(ctx)
-	if err != nil {
-		return fmt.Errorf("%s: GET /api/stats: %w", row.Strategy, err)
-	}
-	var st client.ItemStats
-	for _, s := range stats {
-		if s.ItemID == id {
-			st = s
-		}
-	}
-	row.Sold, row.Initial = st.SoldUnits, st.InitialStock
-	row.Answers = answerCounts(results)
-	if row.Verdict == "" {
-		it := checks.ItemOf(st)
-		c := verdict.Between(verdict.Fresh(it), it) // every row starts on a freshly reset item
-		c.Blocked = row.Blocked
-		row.Verdict = c.Verdict()
-	}
-	row.OK = row.Verdict == row.Expected
-	r.logf("pitfalls: %-18s %-7s %-8s sold %d of %d  %s", row.Strategy, row.Role, row.Verdict, row.Sold, row.Initial, row.Detail)
-	r.rows = append(r.rows, row)
-	return nil
+	return r.finishItems(ctx, row, []int64{id}, results)
 }
 
 // answerCounts counts results by error code, or by status for an answer without one.

@@ -138,8 +138,9 @@ func (r *pitfallRun) cartLines(ctx context.Context) error {
 	return nil
 }
 
-// finishItems is finish for a row over several items (each freshly reset): the units sold and
-// the stocks added up, the verdict over them together.
+// finishItems reads the stats of a row's items (each freshly reset), fills the row's numbers
+// (the units sold and the stocks added up) and its verdict over them together, and records
+// the row; an item the stats do not show is an error.
 func (r *pitfallRun) finishItems(ctx context.Context, row report.PitfallRow, ids []int64, results []client.PurchaseResult) error {
 	stats, err := r.apis[0].Stats(ctx)
 	if err != nil {
