@@ -274,11 +274,12 @@ func (s *Service) checkout(ctx context.Context, req CheckoutRequest, sp *spent) 
 		return rec, nil
 	}
 	// Another process may have stored an order under this key since the lookup.
-	if rec, ok, rerr := s.replayCart(context.WithoutCancel(ctx), key, c.fp); ok || errors.Is(rerr, ErrIdempotencyConflict) {
+	rec, ok, rerr := s.replayCart(context.WithoutCancel(ctx), key, c.fp)
+	switch {
+	case ok || errors.Is(rerr, ErrIdempotencyConflict):
 		return rec, rerr
-	}
-	if errors.Is(err, errDuplicateKey) {
-		return CartReceipt{}, fmt.Errorf("inventory: idempotency key %q collided but no order holds it", key)
+	case errors.Is(err, errDuplicateKey):
+		return CartReceipt{}, collided(key, "order", rerr)
 	}
 	return CartReceipt{}, err
 }

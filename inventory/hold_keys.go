@@ -62,11 +62,12 @@ func (s *Service) placeHoldKeyed(ctx context.Context, p holdPlacement) (StockHol
 	// lookup: our insert then found the key taken and rolled back (errDuplicateKey), or that
 	// hold took the last units and ours was short. The key's hold, if any, is the answer. A
 	// commit whose answer was lost is resolved here too.
-	if h, ok, rerr := s.replayHold(context.WithoutCancel(ctx), p); ok || errors.Is(rerr, ErrIdempotencyConflict) {
+	h, ok, rerr := s.replayHold(context.WithoutCancel(ctx), p)
+	switch {
+	case ok || errors.Is(rerr, ErrIdempotencyConflict):
 		return h, rerr
-	}
-	if errors.Is(err, errDuplicateKey) {
-		return StockHold{}, fmt.Errorf("inventory: idempotency key %q collided but no hold or order holds it", p.key)
+	case errors.Is(err, errDuplicateKey):
+		return StockHold{}, collided(p.key, "hold or order", rerr)
 	}
 	return StockHold{}, err
 }

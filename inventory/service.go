@@ -259,16 +259,14 @@ func (s *Service) purchase(ctx context.Context, req PurchaseRequest, sp *spent) 
 	// Another process may have stored an order under this key since our lookup: our insert
 	// then collided and was rolled back (errDuplicateKey), or that order took the last units
 	// and ours failed (sold out). Either way the key's order, if there is one, is the answer.
-	if rec, ok, rerr := s.replay(context.WithoutCancel(ctx), p); ok || rerr != nil {
-		if rerr != nil && !errors.Is(rerr, ErrIdempotencyConflict) {
-			return Receipt{}, err // the replay's own failure says nothing about the purchase
-		}
+	rec, ok, rerr := s.replay(context.WithoutCancel(ctx), p)
+	switch {
+	case ok || errors.Is(rerr, ErrIdempotencyConflict):
 		return rec, rerr
+	case errors.Is(err, errDuplicateKey):
+		return Receipt{}, collided(p.key, "order", rerr)
 	}
-	if errors.Is(err, errDuplicateKey) {
-		return Receipt{}, fmt.Errorf("inventory: idempotency key %q collided but no order holds it", p.key)
-	}
-	return Receipt{}, err
+	return Receipt{}, err // the replay's own failure says nothing about the purchase
 }
 
 // admitAndRun runs the purchase once the admission limit (when configured) lets it in. It
@@ -409,4 +407,15 @@ func (s *Service) dbErr(err error) error {
 func sameResetter(a, b Resetter) bool {
 	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
 	return ta == tb && ta != nil && ta.Comparable() && a == b
+}
+
+// collided is the answer to a write whose idempotency key collided with another request's
+// (errDuplicateKey, the write rolled back) when the replay of the key then failed (rerr, a
+// database error already mapped) or found no what under it (the other request's row is gone
+// again): 503 unavailable, to be retried with the key, never 500.
+func collided(key, what string, rerr error) error {
+	if rerr != nil {
+		return rerr
+	}
+	return fmt.Errorf("%w: idempotency key %q collided with another request's, but no %s holds it now; retry", ErrUnavailable, key, what)
 }
