@@ -27,7 +27,7 @@ const (
 	BreakerClosed BreakerState = 0
 	// BreakerHalfOpen: open, with one probe in flight.
 	BreakerHalfOpen BreakerState = 1
-	// BreakerOpen: every call fails at once with ErrBreakerOpen, but for clean-up calls.
+	// BreakerOpen: every call fails at once with ErrBreakerOpen (a clean-up is owed).
 	BreakerOpen BreakerState = 2
 )
 
@@ -79,11 +79,13 @@ type BreakerOptions struct {
 // closes the breaker.
 //
 // A breaker is a go-redis hook (Watch, WatchCluster install it), not a go-redis
-// Options.Limiter: a hook sees the call's context, so that an open breaker still lets
-// through the clean-up calls of this package (the release of a held lock, the undo of an
-// attempt whose reply was lost). Those must reach the node even while it hangs: queued in
-// its socket, they run when it answers again, and the lock is free then instead of being
-// held by nobody until its lease ends.
+// Options.Limiter: a hook sees the call's context, so that it can tell its own probes from
+// the callers' calls. The clean-up calls of this package (the release of a held lock, the undo
+// of an attempt whose reply was lost) are refused at once too: the opening cut every
+// connection to the node, and a new one's handshake would only time out, with the holder's
+// caller waiting for it. Each refused clean-up is owed instead (debts.go) and paid when the
+// breaker closes, or before this process's next attempt on the key, so that the lock is free
+// then instead of being held by nobody until its lease ends.
 //
 // A Client, Redlock or Semaphore whose Options.Breakers is set wakes its waiters when one of
 // the breakers opens, so that a waiter does not sleep on a release message that a hung node
@@ -270,21 +272,12 @@ func (b *Breaker) State() BreakerState {
 	return b.state
 }
 
-// Context markers of the calls an open breaker lets through.
-type (
-	cleanupKey struct{}
-	probeKey   struct{}
-)
-
-// asCleanup marks ctx as the context of a clean-up call (a release, the undo of a call whose
-// reply was lost), which an open breaker lets through.
-func asCleanup(ctx context.Context) context.Context {
-	return context.WithValue(ctx, cleanupKey{}, true)
-}
+// probeKey marks the context of a breaker's probe, the one call an open breaker lets through.
+type probeKey struct{}
 
 // allow decides whether a call under ctx goes to the node.
 func (b *Breaker) allow(ctx context.Context) error {
-	if ctx.Value(cleanupKey{}) != nil || ctx.Value(probeKey{}) != nil {
+	if ctx.Value(probeKey{}) != nil {
 		return nil
 	}
 	b.set.mu.Lock()
@@ -312,7 +305,6 @@ func (b *Breaker) report(ctx context.Context, err error, start time.Time) {
 		b.set.mu.Lock()
 		b.failures = 0
 		b.set.mu.Unlock()
-		// A clean-up call answered while open: the node is back; the next probe closes it.
 	case outcomeFailed:
 		b.set.mu.Lock()
 		if b.state == BreakerClosed {

@@ -124,8 +124,8 @@ func TestBreakerHungRedis(t *testing.T) {
 }
 
 // A holder whose renewals hang is told before its lease can end, breaker or not: the open
-// breaker refuses the renewals at once and the watchdog keeps its loss deadline. Its Release
-// goes through the open breaker (a clean-up), and reaches Redis once it answers.
+// breaker refuses the renewals at once and the watchdog keeps its loss deadline. Its loss
+// leaves the key to a forget, owed while the breaker is open and paid once Redis answers.
 func TestBreakerHolderToldBeforeLeaseEnds(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
@@ -304,4 +304,49 @@ func TestBreakerRedlockVote(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, "%s reached the hung node", key)
 	}
+}
+
+// While a node's breaker is open, a clean-up (here a Release) is refused at once, as every
+// call but the probe, and owed: the opening cut every connection to the node, and a clean-up
+// sent on a new one would only wait out its handshake (a call timeout, with the holder's
+// caller waiting) and never reach the node. The debt is paid when the breaker closes: the key
+// is free then, not held by nobody until its lease ends.
+func TestBreakerOpenRefusesCleanupsAndOwesThem(t *testing.T) {
+	verifyNoLeaks(t)
+	srv := redistest.Start(t)
+	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond})
+	defer brk.Close()
+	rdb := redis.NewClient(srv.Options())
+	defer rdb.Close()
+	b := brk.Watch("node", rdb)
+	c := New(rdb, &Options{CallTimeout: 100 * time.Millisecond, Breakers: brk})
+	defer c.Close()
+	other := newClient(t, srv, nil)
+	ctx := ctxT(t, 20*time.Second)
+	key := uniqueKey(t)
+	l, err := c.Obtain(ctx, key)
+	require.NoError(t, err)
+
+	srv.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			srv.Resume()
+		}
+	}()
+	for i := 0; i < 3; i++ { // open it
+		_, _ = c.TryObtain(ctx, key+"-other")
+	}
+	require.Equal(t, BreakerOpen, b.State())
+	assert.ErrorIs(t, l.Release(ctx), ErrBreakerOpen, "refused at once, not sent on a connection whose handshake hangs")
+	srv.Resume()
+	paused = false
+	require.Eventually(t, func() bool { return b.State() == BreakerClosed }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		l2, err := other.TryObtain(ctx, key)
+		if err != nil {
+			return false
+		}
+		return l2.Release(ctx) == nil
+	}, 5*time.Second, 10*time.Millisecond, "the owed release was paid when the breaker closed")
 }

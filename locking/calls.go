@@ -56,10 +56,10 @@ func ended(ctx context.Context) error {
 }
 
 // bestEffort bounds a clean-up call by CallTimeout only: ctx may have ended, which is often
-// why the clean-up is needed. An open breaker (Breakers) lets the call through: queued in
-// the socket of a node that hangs, it runs when the node answers again.
+// why the clean-up is needed. An open breaker (Breakers) refuses it at once, as every call:
+// the caller owes it then (debts.go).
 func (c *Client) bestEffort(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(asCleanup(context.WithoutCancel(ctx)), c.callTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
 }
 
 // attemptFailed maps the error of an attempt's Redis call, made under cctx and sent at sent:
