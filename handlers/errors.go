@@ -54,6 +54,7 @@ var errorTable = []struct {
 	{errMethodNotAllowed, apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed"}},
 	{errPayloadTooLarge, apiError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large"}},
 	{errUnauthorized, apiError{status: http.StatusUnauthorized, code: "unauthorized"}},
+	{errForbidden, apiError{status: http.StatusForbidden, code: "forbidden"}},
 	{errAtCapacity, apiError{status: http.StatusServiceUnavailable, code: "at_capacity", retryAfter: true}},
 	{inventory.ErrInvalid, apiError{status: http.StatusBadRequest, code: "invalid_request"}},
 	{inventory.ErrNotFound, apiError{status: http.StatusNotFound, code: "not_found"}},

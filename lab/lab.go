@@ -103,8 +103,10 @@ type api struct {
 	hc    *http.Client
 	// guard, when not nil, stands before the lab's mutating routes (run, carts, pause, reset) and,
 	// in the supervisor, before the instances' lab routes and profiles: the admin token's
-	// check, for a demo that listens beyond loopback.
+	// check, for a demo that listens beyond loopback. Without it (loopback), local stands
+	// there instead: handlers.LocalOnly, so that another web page cannot act on the demo.
 	guard gin.HandlerFunc
+	local gin.HandlerFunc
 }
 
 // guardFor returns the admin token check of the lab's mutating routes when required, else nil.
@@ -113,6 +115,14 @@ func guardFor(required bool, token string) gin.HandlerFunc {
 		return nil
 	}
 	return handlers.RequireAdmin(token)
+}
+
+// check is what stands before a route that acts: the token's check, or LocalOnly's.
+func (l *api) check() gin.HandlerFunc {
+	if l.guard != nil {
+		return l.guard
+	}
+	return l.local
 }
 
 // labInfo is the answer of GET /api/lab.
@@ -140,10 +150,7 @@ var labCatalogue = []inventory.NewItem{
 func (l *api) routes(r gin.IRoutes) {
 	small := handlers.LimitBody(handlers.MaxBodyBytes)
 	guarded := func(h gin.HandlerFunc) []gin.HandlerFunc {
-		if l.guard == nil {
-			return []gin.HandlerFunc{small, h}
-		}
-		return []gin.HandlerFunc{small, l.guard, h}
+		return []gin.HandlerFunc{small, l.check(), h}
 	}
 	r.GET("/api/lab", small, l.info)
 	r.POST("/api/lab/run", guarded(l.run)...)

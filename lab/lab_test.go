@@ -318,3 +318,34 @@ func TestLabRunRejectsOutOfRange(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, a.status)
 	assert.Contains(t, string(a.body), "item must be a positive item id, got -1")
 }
+
+// A demo on loopback asks no token, so its routes that act answer only its own page and this
+// machine's tools: a reset or a burst sent by another web page the user visits (its Origin or
+// Sec-Fetch-Site says so) is refused 403 forbidden, and so is a request under another site's
+// name that resolves to loopback (DNS rebinding); the orders stay.
+func TestLabRefusesOtherPages(t *testing.T) {
+	e := newEnv(t, envOptions{lease: time.Second})
+	id := resetLab(t, e)[0]
+	labRun(t, e, `{"strategy":"lock+guard","buyers":3,"work_ms":0,"quantity":1,"item":`+id+`,"fault":""}`)
+	orders := func() string { return string(e.do("GET", "/api/orders", "").body) }
+	before := orders()
+	require.Contains(t, before, `"order_id"`, "the run sold")
+	for _, h := range [][]string{
+		{"Origin: https://evil.example", "Content-Type: text/plain"},
+		{"Sec-Fetch-Site: cross-site"},
+	} {
+		a := e.do("POST", "/api/lab/reset", "", h...)
+		assert.Equal(t, http.StatusForbidden, a.status, "%v: %s", h, a.body)
+		assert.Contains(t, string(a.body), `"forbidden"`)
+		a = e.do("POST", "/api/lab/run", `{"strategy":"naive","buyers":3,"work_ms":0,"quantity":1,"item":`+id+`,"fault":""}`, h...)
+		assert.Equal(t, http.StatusForbidden, a.status, "%v: %s", h, a.body)
+	}
+	req, err := http.NewRequest("POST", e.srv.URL+"/api/lab/reset", nil)
+	require.NoError(t, err)
+	req.Host = "attacker.example" // DNS rebinding: another site's name, resolved to loopback
+	res, err := e.srv.Client().Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusForbidden, res.StatusCode, "a reset under another site's name")
+	assert.Equal(t, before, orders(), "nothing was reset or sold")
+}

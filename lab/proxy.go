@@ -46,8 +46,8 @@ func (l *api) proxy(c *gin.Context) {
 	if strings.HasSuffix(c.Param("path"), "/") && fwd != "/" {
 		fwd += "/"
 	}
-	if l.guard != nil && guardedPath(c.Request.Method, fwd) {
-		if l.guard(c); c.IsAborted() {
+	if guardedPath(c.Request.Method, fwd) {
+		if l.check()(c); c.IsAborted() {
 			return
 		}
 	}

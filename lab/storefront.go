@@ -79,7 +79,7 @@ func (s *Storefront) Inventory(icfg *inventory.Config, lockOpts *locking.Options
 // /api/events, the demo carts' checkout (sold by cat) and the lab's API (its reset loads the
 // lab catalogue into cat).
 func (s *Storefront) Handlers(hcfg *handlers.Config, cat Catalogue) {
-	l := &api{lease: s.cfg.Lease, cat: cat, hc: newLabClient(), guard: guardFor(s.cfg.RequireToken, hcfg.AdminToken)}
+	l := &api{lease: s.cfg.Lease, cat: cat, hc: newLabClient(), guard: guardFor(s.cfg.RequireToken, hcfg.AdminToken), local: handlers.LocalOnly()}
 	hcfg.Intercept = s.faults
 	hcfg.Pages = pages()
 	hcfg.Extend = func(r *gin.Engine) {

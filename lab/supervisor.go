@@ -96,7 +96,7 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 
 // Handler returns the supervisor's HTTP handler (see Supervisor).
 func (s *Supervisor) Handler() http.Handler {
-	l := &api{sup: s, lease: s.cfg.Lease, hc: newLabClient(), guard: guardFor(s.cfg.RequireToken, s.cfg.AdminToken)}
+	l := &api{sup: s, lease: s.cfg.Lease, hc: newLabClient(), guard: guardFor(s.cfg.RequireToken, s.cfg.AdminToken), local: handlers.LocalOnly()}
 	r := handlers.NewEngine(s.log)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.readyz)
