@@ -67,7 +67,7 @@ func labSupervise(stderr io.Writer) serveFunc {
 		if err != nil {
 			return err
 		}
-		args, err := instanceArgs(cfg, redisURL)
+		args, env, err := instanceArgs(cfg, redisURL)
 		if err != nil {
 			return err
 		}
@@ -78,8 +78,9 @@ func labSupervise(stderr io.Writer) serveFunc {
 		}
 		sup := lab.NewSupervisor(lab.SupervisorConfig{
 			Executable: exe, Args: args, Instances: cfg.instances, Redis: rb.client,
-			// The token goes through the environment: a command line is anyone's to read (ps).
-			Env:        []string{envOf["admin-token"] + "=" + token, labInstanceEnv + "=1"},
+			// The token and the URLs go through the environment: a command line is anyone's
+			// to read (ps).
+			Env:        append(env, envOf["admin-token"]+"="+token, labInstanceEnv+"=1"),
 			AdminToken: token, RequireToken: cfg.exposed(),
 			Lease: cfg.lockLease, PauseFor: cfg.stallFor(), Output: stderr, Logger: logger,
 			Notice: func(msg string, args ...any) { notice(logger, msg, args...) },
@@ -103,20 +104,21 @@ func labSupervise(stderr io.Writer) serveFunc {
 }
 
 // instanceArgs are the flags of every lab instance: a --demo storefront on a free loopback
-// port with the supervisor's settings, database (a SQLite path made absolute) and Redis. The
-// admin token is not among them: it goes through the environment (labSupervise).
-func instanceArgs(cfg config, redisURL string) ([]string, error) {
+// port with the supervisor's settings; and its environment: the database (a SQLite path made
+// absolute) and Redis, whose URLs may carry passwords, so they go through the environment as
+// the admin token does (labSupervise), never on a command line, which anyone can read (ps).
+func instanceArgs(cfg config, redisURL string) (args, env []string, err error) {
 	db := cfg.db
 	if !strings.HasPrefix(db, "file:") && !strings.Contains(db, "://") { // a SQLite path
-		var err error
 		if db, err = filepath.Abs(db); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return []string{"--demo", "--instances", "0", "--addr", "127.0.0.1:0", "--db", db, "--redis", redisURL,
+	env = []string{envOf["db"] + "=" + db, envOf["redis"] + "=" + redisURL}
+	return []string{"--demo", "--instances", "0", "--addr", "127.0.0.1:0",
 		"--strategy", cfg.strategy, "--lock-lease", cfg.lockLease.String(),
 		"--lock-wait", cfg.lockWait.String(), "--max-inflight-per-item", strconv.Itoa(cfg.maxInflight),
 		"--db-pool", strconv.Itoa(cfg.dbPool), "--db-statement-timeout", cfg.dbStmtTimeout.String(),
 		"--log-level", cfg.logLevel.String(), "--shutdown-timeout", cfg.shutdownTimeout.String(),
-		"--redis-cluster=" + strconv.FormatBool(cfg.redisCluster), "--on-redis-down", cfg.onRedisDown}, nil
+		"--redis-cluster=" + strconv.FormatBool(cfg.redisCluster), "--on-redis-down", cfg.onRedisDown}, env, nil
 }

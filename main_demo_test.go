@@ -64,6 +64,12 @@ func TestDemoInstances(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(cmdline), "e2e-token", "the token is not on the instance's command line (ps shows it)")
 	assert.NotContains(t, string(cmdline), "admin-token")
+	// Nor the database's and Redis's URLs, which may carry passwords: they go the same way.
+	assert.NotContains(t, string(cmdline), rs.URL(), "the Redis URL is not on the instance's command line")
+	assert.NotContains(t, string(cmdline), "--db\x00", "nor the database URL")
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", info.Instances[0].PID))
+	require.NoError(t, err)
+	assert.Contains(t, string(environ), "REDIS_URL="+rs.URL())
 	assert.Equal(t, 200, s.call("POST", "/i/0/api/admin/reset", `{"items":[{"sku":"A","name":"a","stock":1,"price_cents":1}]}`, nil,
 		"Authorization: Bearer e2e-token"), "the instance knows the token")
 	assert.Equal(t, 401, s.call("POST", "/i/0/api/admin/reset", `{"items":[]}`, nil, "Authorization: Bearer wrong"))
