@@ -77,6 +77,12 @@ func TestShopPageAndNoLab(t *testing.T) {
 	assert.Equal(t, http.StatusOK, js.status)
 	assert.Contains(t, js.header.Get("Content-Type"), "javascript")
 	assert.Equal(t, http.StatusNotFound, e.do("GET", "/static/lab.js", "").status, "the lab's page is not the storefront's")
+	// A missing file and the directory are the API's JSON 404, not a text page or a listing.
+	for _, path := range []string{"/static/lab.js", "/static/nope.css", "/static/", "/static/../static/"} {
+		a := e.do("GET", path, "")
+		assert.Equal(t, http.StatusNotFound, a.status, path)
+		assert.Equal(t, "not_found", a.errorCode(), "%s: %s", path, a.body)
+	}
 	a := e.do("POST", "/api/items/1/purchase", `{"quantity":1}`, "X-Fault: stall")
 	assert.Equal(t, http.StatusCreated, a.status, "in demo mode X-Fault is the extension's to act on; without one it does nothing: %s", a.body)
 }

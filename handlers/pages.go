@@ -3,8 +3,11 @@ package handlers
 import (
 	"embed"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"path"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 )
@@ -41,6 +44,13 @@ func ServePages(r *gin.Engine, pages *Pages) {
 	})
 	files := http.StripPrefix("/static/", http.FileServerFS(static))
 	r.GET("/static/*file", func(c *gin.Context) {
+		// A file, or the API's JSON 404: never http.FileServer's text 404 or a directory's
+		// listing.
+		name := strings.TrimPrefix(path.Clean(c.Param("file")), "/")
+		if st, err := fs.Stat(static, name); err != nil || st.IsDir() {
+			writeError(c, fmt.Errorf("%w: no file %q under /static/", errRouteNotFound, name))
+			return
+		}
 		c.Header("Cache-Control", "no-cache")
 		files.ServeHTTP(c.Writer, c.Request)
 	})
