@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -74,7 +75,20 @@ func TestDemoInstances(t *testing.T) {
 		"Authorization: Bearer e2e-token"), "the instance knows the token")
 	assert.Equal(t, 401, s.call("POST", "/i/0/api/admin/reset", `{"items":[]}`, nil, "Authorization: Bearer wrong"))
 	assert.Contains(t, s.logs.String(), `msg="open the lock lab" url=http://127.0.0.1:`)
-	require.Equal(t, 0, s.shutdown())
+	// An open lab page keeps an instance's event stream open through the supervisor: the
+	// stream ends as shutdown begins, which then finishes in time (exit 0, not the shutdown
+	// timeout's error).
+	res, err := http.Get(s.url + "/i/0/api/events")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	streamEnded := make(chan struct{})
+	go func() {
+		defer close(streamEnded)
+		_, _ = io.Copy(io.Discard, res.Body)
+	}()
+	require.Equal(t, 0, s.shutdown(), "shutdown with a lab page open")
+	<-streamEnded
 	assert.True(t, errors.Is(syscall.Kill(info.Instances[0].PID, 0), syscall.ESRCH), "the instance stopped with the supervisor")
 }
 

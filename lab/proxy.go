@@ -3,6 +3,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
@@ -53,6 +54,14 @@ func (l *api) proxy(c *gin.Context) {
 	}
 	if strings.HasSuffix(c.Param("path"), "/events") {
 		_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Time{})
+		// The stream ends when the supervisor's run does (shutdown begins), as an instance's
+		// own streams do: an open lab page must not hold the shutdown up to its timeout.
+		if run := l.sup.running; run != nil {
+			ctx, cancel := context.WithCancel(c.Request.Context())
+			defer cancel()
+			defer context.AfterFunc(run, cancel)()
+			c.Request = c.Request.WithContext(ctx)
+		}
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -80,6 +80,7 @@ type Supervisor struct {
 	log      *slog.Logger
 	hc       *http.Client
 	children []*child
+	running  context.Context // Start's: it ends as shutdown begins, and the proxied event streams with it
 }
 
 // NewSupervisor returns a supervisor of cfg.Instances storefronts, none started yet.
@@ -125,6 +126,7 @@ func (s *Supervisor) Start(ctx context.Context, fail context.CancelCauseFunc) er
 	if s.cfg.Instances < 1 {
 		return errors.New("supervisor: no instances to start")
 	}
+	s.running = ctx
 	out := &lockedWriter{w: s.cfg.Output}
 	for i := range s.cfg.Instances {
 		addr := make(chan string, 1)
