@@ -4,6 +4,9 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -46,4 +49,32 @@ func TestHelpDemo(t *testing.T) {
 		"a fresh SQLite file, deleted at exit"} {
 		assert.Contains(t, help.String(), want)
 	}
+}
+
+// Every flag of the supervisor reaches its lab instances, on their command line or (the URLs,
+// which may carry passwords) in their environment, but for their own address and role and the
+// admin token (notForwarded): a setting given to the lab as a flag acts on the instances as it
+// would as an environment variable, which they inherit.
+func TestInstanceArgsForwardEveryFlag(t *testing.T) {
+	cfg, err := parseConfig([]string{"--demo", "--instances", "2", "--max-batch", "7", "--hold-ttl", "30s",
+		"--max-purchases", "3", "--stream-alone=false", "--db", "postgres://shop:pw@db/shop"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	args, env, err := instanceArgs(cfg, "redis://:pw@redis:6379/0")
+	require.NoError(t, err)
+	joined := " " + strings.Join(args, " ") + " "
+	for name, variable := range envOf {
+		if notForwarded[name] {
+			continue
+		}
+		onArgs := strings.Contains(joined, " --"+name+" ") || strings.Contains(joined, " --"+name+"=")
+		inEnv := slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, variable+"=") })
+		assert.True(t, onArgs || inEnv, "--%s reaches the instances", name)
+	}
+	assert.Contains(t, joined, " --max-batch 7 ")
+	assert.Contains(t, joined, " --hold-ttl 30s ")
+	assert.Contains(t, joined, " --max-purchases 3 ")
+	assert.Contains(t, joined, " --stream-alone=false ")
+	assert.NotContains(t, joined, "pw@", "no password on a command line")
+	assert.Contains(t, env, "DATABASE_URL=postgres://shop:pw@db/shop")
+	assert.Contains(t, env, "REDIS_URL=redis://:pw@redis:6379/0")
 }

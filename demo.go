@@ -120,5 +120,14 @@ func instanceArgs(cfg config, redisURL string) (args, env []string, err error) {
 		"--lock-wait", cfg.lockWait.String(), "--max-inflight-per-item", strconv.Itoa(cfg.maxInflight),
 		"--db-pool", strconv.Itoa(cfg.dbPool), "--db-statement-timeout", cfg.dbStmtTimeout.String(),
 		"--log-level", cfg.logLevel.String(), "--shutdown-timeout", cfg.shutdownTimeout.String(),
-		"--redis-cluster=" + strconv.FormatBool(cfg.redisCluster), "--on-redis-down", cfg.onRedisDown}, env, nil
+		"--redis-cluster=" + strconv.FormatBool(cfg.redisCluster), "--on-redis-down", cfg.onRedisDown,
+		"--lock-replicas", strconv.Itoa(cfg.lockReplicas), "--redis-call-timeout", cfg.redisCall.String(),
+		"--max-batch", strconv.Itoa(cfg.maxBatch), "--stream-hold", cfg.streamHold.String(),
+		"--stream-alone=" + strconv.FormatBool(cfg.streamAlone), "--max-purchases", strconv.Itoa(cfg.maxPurchases),
+		"--hold-ttl", cfg.holdTTL.String()}, env, nil
 }
+
+// notForwarded are the flags a lab instance does not take from its supervisor: its own address
+// and role (--addr, --demo, --instances), and the admin token, which goes through the
+// environment (labSupervise).
+var notForwarded = map[string]bool{"addr": true, "demo": true, "instances": true, "admin-token": true}
