@@ -180,6 +180,10 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 		chain := []gin.HandlerFunc{small}
 		if s.profilesAdmin {
 			chain = append(chain, s.requireAdmin)
+		} else {
+			// On loopback, no token: but no page of another site either (its command line
+			// and heap are this process's; DNS rebinding could read them otherwise).
+			chain = append(chain, LocalOnly())
 		}
 		r.GET("/debug/pprof/*name", append(chain, gin.WrapF(servePprof))...)
 	}

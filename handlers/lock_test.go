@@ -171,6 +171,15 @@ func TestPprofDemoOnly(t *testing.T) {
 	a = demo.do("GET", "/debug/pprof/goroutine?debug=1", "")
 	require.Equal(t, http.StatusOK, a.status)
 	assert.Contains(t, string(a.body), "goroutine profile")
+	// Not to a page of another site that renamed itself to loopback (DNS rebinding): a
+	// process's command line and heap are its own.
+	req, err := http.NewRequest("GET", demo.srv.URL+"/debug/pprof/cmdline", nil)
+	require.NoError(t, err)
+	req.Host = "attacker.example"
+	res, err := demo.srv.Client().Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusForbidden, res.StatusCode)
 
 	plain := newEnv(t, envOptions{})
 	a = plain.do("GET", "/debug/pprof/", "")
