@@ -143,17 +143,7 @@ func TestBreakerHolderToldBeforeLeaseEnds(t *testing.T) {
 	require.NoError(t, err)
 	obtained := time.Now()
 
-	srv.Pause()
-	paused := true
-	defer func() {
-		if paused {
-			srv.Resume()
-		}
-	}()
-	for i := 0; i < 3; i++ { // open it
-		_, _ = c.TryObtain(ctx, key+"-other")
-	}
-	require.Equal(t, BreakerOpen, b.State())
+	resume := hangAndOpen(t, srv, c, b)
 	select {
 	case <-l.Done():
 		assert.ErrorIs(t, l.Err(), ErrLost)
@@ -161,8 +151,7 @@ func TestBreakerHolderToldBeforeLeaseEnds(t *testing.T) {
 	case <-time.After(2 * lease):
 		t.Fatal("the holder was not told")
 	}
-	srv.Resume()
-	paused = false
+	resume()
 	require.Eventually(t, func() bool { return b.State() == BreakerClosed }, 2*time.Second, 5*time.Millisecond)
 	assert.ErrorIs(t, l.Release(ctx), ErrNotHeld)
 	// The loss left the key to its forget; the next holder takes it at once.
@@ -327,20 +316,9 @@ func TestBreakerOpenRefusesCleanupsAndOwesThem(t *testing.T) {
 	l, err := c.Obtain(ctx, key)
 	require.NoError(t, err)
 
-	srv.Pause()
-	paused := true
-	defer func() {
-		if paused {
-			srv.Resume()
-		}
-	}()
-	for i := 0; i < 3; i++ { // open it
-		_, _ = c.TryObtain(ctx, key+"-other")
-	}
-	require.Equal(t, BreakerOpen, b.State())
+	resume := hangAndOpen(t, srv, c, b)
 	assert.ErrorIs(t, l.Release(ctx), ErrBreakerOpen, "refused at once, not sent on a connection whose handshake hangs")
-	srv.Resume()
-	paused = false
+	resume()
 	require.Eventually(t, func() bool { return b.State() == BreakerClosed }, 5*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
 		l2, err := other.TryObtain(ctx, key)
@@ -349,4 +327,21 @@ func TestBreakerOpenRefusesCleanupsAndOwesThem(t *testing.T) {
 		}
 		return l2.Release(ctx) == nil
 	}, 5*time.Second, 10*time.Millisecond, "the owed release was paid when the breaker closed")
+}
+
+// hangAndOpen SIGSTOPs srv and opens b with three failed attempts of c (on a key of their
+// own); the returned resume sends SIGCONT, once (and at the end of t, if not before).
+func hangAndOpen(t *testing.T, srv *redistest.Server, c *Client, b *Breaker) (resume func()) {
+	t.Helper()
+	srv.Pause()
+	var once sync.Once
+	resume = func() { once.Do(srv.Resume) }
+	t.Cleanup(resume)
+	ctx := ctxT(t, 10*time.Second)
+	key := uniqueKey(t) + "-open"
+	for i := 0; i < 3; i++ {
+		_, _ = c.TryObtain(ctx, key)
+	}
+	require.Equal(t, BreakerOpen, b.State())
+	return resume
 }
