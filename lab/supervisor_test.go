@@ -3,6 +3,7 @@
 package lab_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -160,6 +161,7 @@ func TestLabSupervisor(t *testing.T) {
 	assert.Equal(t, "ok", ready.Status)
 	assert.Len(t, ready.Instances, 2)
 	require.NoError(t, syscall.Kill(info.Instances[1].PID, syscall.SIGSTOP))
+	waitStopped(t, info.Instances[1].PID)
 	var notReady struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
@@ -206,4 +208,28 @@ func TestLabSupervisor(t *testing.T) {
 	for _, in := range info.Instances {
 		assert.True(t, errors.Is(syscall.Kill(in.PID, 0), syscall.ESRCH), "instance pid %d stopped with the supervisor", in.PID)
 	}
+}
+
+// waitStopped waits until every thread of process pid is stopped (SIGSTOP reaches the threads
+// of a process one by one: one still running may answer a request sent right after kill).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, task := range tasks {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				return false
+			}
+			// The state follows the command's closing parenthesis: "pid (comm) S ...".
+			i := bytes.LastIndexByte(stat, ')')
+			if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "process %d stopped", pid)
 }
