@@ -32,6 +32,14 @@ func cartRunConfig(workload string, strategies ...string) config.Config {
 func assertCartsSafe(t *testing.T, s report.StrategyResult) {
 	t.Helper()
 	assert.Equal(t, verdict.Safe, s.Verdict, "%s: %v", s.Strategy, s.Violations)
+	if h := s.History; h != nil && h.Verdict != checks.Linearizable {
+		for _, it := range h.Items {
+			if it.Result != "ok" {
+				t.Logf("%s: history %s: item %d (%s): %s; visualization %s", s.Strategy, h.Verdict, it.ItemID, it.Result, it.Reason, it.Visualization)
+			}
+		}
+		t.Logf("%s: history %s: %s", s.Strategy, h.Verdict, h.Reason)
+	}
 	assert.False(t, s.Failed, s.Strategy)
 	assert.Empty(t, s.Violations, s.Strategy)
 	require.NotNil(t, s.Carts, s.Strategy)
