@@ -105,11 +105,14 @@ type Client struct {
 	log         *slog.Logger
 	hooks       Hooks
 	notify      *notifier
-	family      familyConfig // spin mode, fair-lock queue timeout (options.go)
-	breakers    *Breakers    // nil: none (breaker.go)
-	debts       debts        // clean-ups that did not reach Redis (debts.go)
-	live        liveness     // the liveness check of sleeping waiters (liveness.go)
-	core, fair  *kind        // the kinds of Obtain and ObtainFair (kind.go, fair.go)
+	family      familyConfig  // spin mode, fair-lock queue timeout (options.go)
+	breakers    *Breakers     // nil: none (breaker.go)
+	debts       debts         // clean-ups that did not reach Redis (debts.go)
+	live        liveness      // the liveness check of sleeping waiters (liveness.go)
+	core, fair  *kind         // the kinds of Obtain and ObtainFair (kind.go, fair.go)
+	process     string        // this Client's process id, named by its WithTakeover owners (takeover.go)
+	processTTL  time.Duration // Options.ProcessTTL
+	hb          heartbeat     // renews the process key (heartbeat.go)
 }
 
 // New returns a Client over rdb (a *redis.Client, *redis.ClusterClient, *redis.Ring or any
@@ -133,6 +136,7 @@ func New(rdb redis.UniversalClient, opts *Options) *Client {
 		c.callTimeout = max(c.lease/4, time.Millisecond)
 	}
 	c.replicas, c.replicaWait = opts.replicas(), opts.replicaTimeout(c.callTimeout, c.lease)
+	c.process, c.processTTL = newOwner()[:16], opts.processTTL(c.callTimeout)
 	c.notify = newNotifier(rdb, c.log, c.callTimeout)
 	c.core, c.fair = c.coreKind(), c.fairKind()
 	if c.replicas > 0 && !replicable(rdb) {
@@ -165,6 +169,7 @@ func contextTimeoutEnabled(rdb redis.UniversalClient) (enabled, known bool) {
 func (c *Client) Close() error {
 	c.breakers.unwatchClient(c)
 	c.notify.close()
+	c.stopHeartbeat()
 	return nil
 }
 

@@ -21,6 +21,10 @@ var (
 	//go:embed fair_release.lua
 	fairReleaseLua    string
 	fairReleaseScript = redis.NewScript(include(fairReleaseLua, "release.lua", releaseLua))
+
+	//go:embed takeover_fair.lua
+	takeoverFairLua    string
+	takeoverFairScript = redis.NewScript(include(takeoverFairLua, "fair_acquire.lua", include(fairAcquireLua, "acquire.lua", acquireLua)))
 )
 
 // ObtainFair returns the lock on key as Obtain does, but waiters are served in arrival
@@ -63,9 +67,15 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 		return l, err
 	}
 	cfg := c.obtainConfigFor(wait, opts)
+	if cfg.takeover {
+		if err := c.startHeartbeat(ctx); err != nil {
+			return nil, err
+		}
+	}
 	k := c.keysFor(key)
 	fk := k.fair()
-	owner := newOwner()
+	owner := c.ownerFor(cfg.takeover)
+	tk := c.newTakeover(cfg.takeover && cfg.wait != 0)
 	try := "0"
 	if cfg.wait == 0 {
 		try = "1"
@@ -83,10 +93,16 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 		defer closeConn(conn)
 		cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 		defer cancel()
+		script, args := fairAcquireScript, []any{owner, c.lease.Milliseconds(), strconv.FormatInt(cfg.floor, 10), "0", try,
+			timeout.Milliseconds(), fk.turn}
+		if holder, queued := tk.dead(ctx, k, true); holder != "" || len(queued) > 0 {
+			script, args = takeoverFairScript, append(args, holder)
+			for _, q := range queued {
+				args = append(args, q)
+			}
+		}
 		sent := time.Now()
-		res, err := fairAcquireScript.Run(cctx, sc, []string{k.hash, k.fence, k.gone(owner), fk.queue, fk.timeouts},
-			owner, c.lease.Milliseconds(), strconv.FormatInt(cfg.floor, 10), "0", try,
-			timeout.Milliseconds(), fk.turn).Int64Slice()
+		res, err := script.Run(cctx, sc, []string{k.hash, k.fence, k.gone(owner), fk.queue, fk.timeouts}, args...).Int64Slice()
 		if err != nil {
 			c.reloadOnMoved(err)
 			return nil, 0, c.attemptFailed(ctx, cctx, sent, err, fmt.Sprintf("obtain %q", key),
@@ -106,7 +122,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			if res[1] >= 0 {
 				wait = min(time.Duration(res[1])*time.Millisecond, wait)
 			}
-			return nil, wait, nil
+			return nil, tk.failed(wait), nil
 		}
 		err = c.ackAcquired(ctx, conn, key, func(ctx context.Context) error {
 			// Give the lock back and wake the head of the queue; this waiter joins it again.

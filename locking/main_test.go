@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(pauseChildEnv) != "" {
 		os.Exit(pauseChildMain())
 	}
+	if os.Getenv(takeoverChildEnv) != "" {
+		os.Exit(takeoverChildMain())
+	}
 	srv, err := redistest.New()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

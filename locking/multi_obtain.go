@@ -65,6 +65,11 @@ func (c *Client) TryObtainMany(ctx context.Context, keys []KeyFloor, opts ...Obt
 
 func (c *Client) obtainMany(ctx context.Context, kfs []KeyFloor, wait bool, opts []ObtainOption) (*Multi, error) {
 	cfg := c.obtainConfigFor(wait, opts)
+	if cfg.takeover {
+		if err := c.startHeartbeat(ctx); err != nil {
+			return nil, err
+		}
+	}
 	names, floors, err := canonicalKeys(kfs, cfg.floor)
 	switch {
 	case err != nil:
@@ -81,7 +86,7 @@ func (c *Client) obtainMany(ctx context.Context, kfs []KeyFloor, wait bool, opts
 			return nil, err
 		}
 	}
-	m := &Multi{c: c, owner: newOwner(), keys: make([]keys, len(names)), tokens: make([]int64, len(names)),
+	m := &Multi{c: c, owner: c.ownerFor(cfg.takeover), keys: make([]keys, len(names)), tokens: make([]int64, len(names)),
 		start: time.Now(), done: make(chan struct{})}
 	for i, name := range names {
 		m.keys[i] = c.keysFor(name)
@@ -95,7 +100,7 @@ func (c *Client) obtainMany(ctx context.Context, kfs []KeyFloor, wait bool, opts
 		if limit > 0 {
 			limit = max(time.Until(deadline), 0) // past the deadline: one last attempt
 		}
-		token, sent, err := c.obtainKey(wctx, k, m.owner, floors[i], limit)
+		token, sent, err := c.obtainKey(wctx, k, m.owner, floors[i], limit, c.newTakeover(cfg.takeover && limit != 0))
 		if err != nil {
 			if lost := m.giveUp(ctx); lost != nil && errors.Is(err, ErrNotObtained) {
 				return nil, errors.Join(ErrNotObtained, lost) // the loss ended the wait
@@ -190,17 +195,21 @@ func multiIn(ctx context.Context, c *Client, key string) error {
 // negative: no limit but ctx) as Obtain does: one attempt (unless this Client's waiters of
 // the key are queued, whom it does not overtake), then waitLoop. It returns the fencing token
 // and when the acquire that took the key was sent.
-func (c *Client) obtainKey(ctx context.Context, k keys, owner string, floor int64, limit time.Duration) (int64, time.Time, error) {
+func (c *Client) obtainKey(ctx context.Context, k keys, owner string, floor int64, limit time.Duration, tk *takeover) (int64, time.Time, error) {
 	var (
 		token int64
 		sent  time.Time
 	)
 	var short shortfall // Options.Replicas: an attempt whose key no replica acknowledged
 	try := func(ctx context.Context) (bool, time.Duration, error) {
-		t, s, hint, err := c.acquireKey(ctx, k, owner, floor, limit != 0)
+		dead, _ := tk.dead(ctx, k, false)
+		t, s, hint, err := c.acquireKey(ctx, k, owner, floor, limit != 0, dead)
 		token, sent = t, s
 		if short.note(err) {
 			err = nil
+		}
+		if t == 0 && err == nil {
+			hint = tk.failed(hint)
 		}
 		return t > 0, hint, err
 	}

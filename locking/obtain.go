@@ -41,17 +41,26 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 		return l, err
 	}
 	cfg := c.obtainConfigFor(wait, opts)
+	if cfg.takeover {
+		if err := c.startHeartbeat(ctx); err != nil {
+			return nil, err
+		}
+	}
 	k := c.keysFor(key)
-	owner := newOwner()
+	owner := c.ownerFor(cfg.takeover)
+	tk := c.newTakeover(cfg.takeover && cfg.wait != 0)
 	start := time.Now()
 	var short shortfall
 	waiting := false // an attempt found the lock taken and recorded this Obtain as waiting
 	l, err := c.obtainKind(ctx, c.core, k.channel, cfg.wait, func(ctx context.Context) (*Lock, time.Duration, error) {
-		l, hint, err := c.acquire(ctx, k, owner, cfg.floor, start, cfg.wait != 0)
+		dead, _ := tk.dead(ctx, k, false)
+		l, hint, err := c.acquire(ctx, k, owner, cfg.floor, start, cfg.wait != 0, dead)
 		if short.note(err) {
 			return nil, hint, nil
 		}
-		waiting = waiting || (l == nil && err == nil)
+		if l == nil && err == nil {
+			waiting, hint = true, tk.failed(hint)
+		}
 		return l, hint, err
 	})
 	if err != nil && waiting {
@@ -145,8 +154,8 @@ func (c *Client) obtainKind(ctx context.Context, kd *kind, channel string, limit
 
 // acquire makes one attempt of the core lock (acquire.lua). It returns the Lock when taken, or the remaining lease of the
 // holder when not.
-func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64, start time.Time, wait bool) (*Lock, time.Duration, error) {
-	token, sent, hint, err := c.acquireKey(ctx, k, owner, floor, wait)
+func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64, start time.Time, wait bool, dead string) (*Lock, time.Duration, error) {
+	token, sent, hint, err := c.acquireKey(ctx, k, owner, floor, wait, dead)
 	if err != nil || token == 0 {
 		return nil, hint, err
 	}
@@ -163,8 +172,10 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, floor int64,
 // caller records (shortfall) and does not end its wait with.
 //
 // With wait (an Obtain that waits, not TryObtain), the attempt runs acquire_waiting.lua: a failed
-// one records owner as waiting for k, a successful one removes it (Lock.Waiters).
-func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int64, wait bool) (token int64, sent time.Time, hint time.Duration, err error) {
+// one records owner as waiting for k, a successful one removes it (Lock.Waiters). With dead, a
+// holder whose process a takeover check found dead (takeover.go), it runs takeover.lua, which
+// evicts that holder first if it still holds k.
+func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int64, wait bool, dead string) (token int64, sent time.Time, hint time.Duration, err error) {
 	if err := ctx.Err(); err != nil { // nothing sent: nothing to clean up
 		return 0, sent, 0, errors.Join(ErrNotObtained, err)
 	}
@@ -181,6 +192,9 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 		[]any{owner, c.lease.Milliseconds(), strconv.FormatInt(floor, 10), "0"}
 	if wait {
 		script, ks, args = acquireWaitingScript, append(ks, k.waiting()), append(args, c.interestMargin().Milliseconds())
+		if dead != "" {
+			script, args = takeoverScript, append(args, dead)
+		}
 	}
 	res, err := script.Run(cctx, sc, ks, args...).Int64Slice()
 	if err != nil {

@@ -90,6 +90,15 @@ type Options struct {
 	// of the queue holds up those behind it no longer than a vanished holder would); never
 	// less than 3*CallTimeout.
 	QueueTimeout time.Duration
+
+	// ProcessTTL is the life of the Client's process key without renewal (heartbeat.go): the
+	// key says that the process is alive, and a WithTakeover waiter takes the lock of a
+	// WithTakeover holder whose process key is gone, about ProcessTTL after the process died
+	// instead of the lease. The key is set by the first WithTakeover Obtain and renewed every
+	// ProcessTTL/3 (one call per Client, not per lock) until Close. Default max(1s,
+	// 3*CallTimeout), never less than 3*CallTimeout; a Redis that cannot be reached for about
+	// ProcessTTL lets takeover waiters take this Client's takeover locks.
+	ProcessTTL time.Duration
 }
 
 // Hooks are optional callbacks on lock events. They are called synchronously from the
@@ -233,8 +242,9 @@ func (o *Options) family() familyConfig {
 type ObtainOption func(*obtainConfig)
 
 type obtainConfig struct {
-	floor int64
-	wait  time.Duration
+	floor    int64
+	wait     time.Duration
+	takeover bool // WithTakeover (takeover.go)
 }
 
 // obtainConfigFor applies opts to the Client's defaults; wait false makes one attempt.

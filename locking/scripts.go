@@ -38,6 +38,10 @@ var (
 	ttlLua    string
 	ttlScript = redis.NewScript(ttlLua)
 
+	//go:embed takeover.lua
+	takeoverLua    string
+	takeoverScript = redis.NewScript(include(takeoverLua, "acquire_waiting.lua", include(acquireWaitingLua, "acquire.lua", acquireLua)))
+
 	//go:embed refence.lua
 	refenceLua    string
 	refenceScript = redis.NewScript(refenceLua)

@@ -1,0 +1,112 @@
+package locking
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Every Client has a process id, and, once a WithTakeover Obtain has run, a process key that
+// says the process is alive: P{process:<id>}… precisely c.processKey(id), a string with a
+// TTL of Options.ProcessTTL, renewed every ProcessTTL/3 by one timer of the Client (one Redis
+// call per Client, not per lock). A takeover waiter that finds the key gone takes the lock of
+// that process's owners (takeover.go). The key is in its own hash slot: on a Cluster a waiter
+// reads it in one call and evicts the dead owner in another, in the lock's own slot.
+
+// DefaultProcessTTLMin is the least default of Options.ProcessTTL.
+const DefaultProcessTTLMin = time.Second
+
+// processTTL is Options.ProcessTTL: by default max(1s, 3·CallTimeout), and never less than
+// 3·CallTimeout, so that a renewal sent every TTL/3, each bounded by CallTimeout, lands before
+// the key lapses while Redis answers.
+func (o *Options) processTTL(callTimeout time.Duration) time.Duration {
+	d := max(DefaultProcessTTLMin, 3*callTimeout)
+	if o != nil && o.ProcessTTL > 0 {
+		d = o.ProcessTTL
+	}
+	return max(d, 3*callTimeout)
+}
+
+// processKey is the Redis key that says process id is alive.
+func (c *Client) processKey(id string) string { return c.prefix + "process:{" + id + "}" }
+
+// heartbeat keeps a Client's process key alive: started by the first WithTakeover Obtain,
+// stopped by Close.
+type heartbeat struct {
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	timer   *time.Timer
+	beating sync.Mutex // held by a renewal in flight; stop waits for it
+}
+
+// startHeartbeat sets the process key once, synchronously, and starts its renewals. Later
+// calls return at once: the first takeover Obtain of a Client pays one round trip, none after
+// it. Before the key is set no lock of this Client names its process, so no waiter can take a
+// live holder's lock for a key that was never written.
+func (c *Client) startHeartbeat(ctx context.Context) error {
+	hb := &c.hb
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if hb.started || hb.closed {
+		return nil
+	}
+	if err := c.beatOnce(ctx); err != nil {
+		return fmt.Errorf("locking: process key: %w", err)
+	}
+	hb.started = true
+	hb.timer = time.AfterFunc(c.processTTL/3, c.beat)
+	return nil
+}
+
+// beat is one renewal of the process key, on the heartbeat's timer. A failed renewal is
+// retried sooner (ProcessTTL/10): the key lapses only when Redis stays unreachable for most
+// of ProcessTTL.
+func (c *Client) beat() {
+	hb := &c.hb
+	hb.beating.Lock()
+	defer hb.beating.Unlock()
+	hb.mu.Lock()
+	closed := hb.closed
+	hb.mu.Unlock()
+	if closed {
+		return
+	}
+	next := c.processTTL / 3
+	if err := c.beatOnce(context.Background()); err != nil {
+		next = max(c.processTTL/10, 10*time.Millisecond)
+		c.log.Debug("locking: process key renewal failed", "err", err)
+	}
+	hb.mu.Lock()
+	if !hb.closed {
+		hb.timer.Reset(next)
+	}
+	hb.mu.Unlock()
+}
+
+// beatOnce sets the process key for one ProcessTTL, within one CallTimeout.
+func (c *Client) beatOnce(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
+	defer cancel()
+	return c.rdb.Set(cctx, c.processKey(c.process), "1", c.processTTL).Err()
+}
+
+// stopHeartbeat stops the renewals, waits for one in flight, and deletes the process key
+// (best effort): the locks of this Client that are still held become takeover's to take.
+func (c *Client) stopHeartbeat() {
+	hb := &c.hb
+	hb.mu.Lock()
+	hb.closed = true
+	started, t := hb.started, hb.timer
+	hb.mu.Unlock()
+	if !started {
+		return
+	}
+	t.Stop()
+	hb.beating.Lock() // a renewal in flight ends before the key is deleted
+	defer hb.beating.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), c.callTimeout)
+	defer cancel()
+	_ = c.rdb.Del(ctx, c.processKey(c.process)).Err()
+}

@@ -1,0 +1,237 @@
+package locking
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// takeoverOpts are the Options of the takeover tests: the storefront's call timeout, so the
+// default ProcessTTL is 1s, under a lease far longer than any wait of these tests.
+func takeoverOpts(lease time.Duration) *Options {
+	return &Options{Lease: lease, CallTimeout: 250 * time.Millisecond, Wait: lease}
+}
+
+// deadOwner writes the lock hash of key for an owner of a process that has no process key (a
+// process that died), with a long lease, as a dead holder leaves it.
+func deadOwner(t *testing.T, c *Client, key string) string {
+	t.Helper()
+	owner := newOwner() + processSep + "deadbeefdeadbeef"
+	k := c.keysFor(key)
+	require.NoError(t, c.rdb.HSet(context.Background(), k.hash, owner, 1).Err())
+	require.NoError(t, c.rdb.PExpire(context.Background(), k.hash, time.Minute).Err())
+	return owner
+}
+
+func TestTakeoverOfADeadHolder(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			c := newClient(t, nil, takeoverOpts(time.Minute))
+			key := uniqueKey(t)
+			deadOwner(t, c, key)
+			obtain := c.Obtain
+			if fair {
+				obtain = c.ObtainFair
+			}
+			start := time.Now()
+			l, err := obtain(ctxT(t, 30*time.Second), key, WithTakeover(), WithWait(20*time.Second))
+			require.NoError(t, err)
+			waited := time.Since(start)
+			assert.GreaterOrEqual(t, waited, c.processTTL, "a takeover waiter first waits one ProcessTTL")
+			assert.Less(t, waited, 20*time.Second, "taken over, not waited out (the lease is a minute)")
+			assert.Positive(t, l.Token())
+			require.NoError(t, l.Release(context.Background()))
+		})
+	}
+}
+
+func TestNoTakeoverWithoutTheOption(t *testing.T) {
+	c := newClient(t, nil, takeoverOpts(time.Minute))
+	key := uniqueKey(t)
+	deadOwner(t, c, key)
+	_, err := c.Obtain(ctxT(t, 10*time.Second), key, WithWait(3*c.processTTL))
+	require.ErrorIs(t, err, ErrNotObtained, "a waiter that did not ask for takeover waits out the lease")
+}
+
+func TestNoTakeoverOfAnOwnerWithoutProcess(t *testing.T) {
+	c := newClient(t, nil, takeoverOpts(time.Minute))
+	key := uniqueKey(t)
+	k := c.keysFor(key)
+	require.NoError(t, c.rdb.HSet(context.Background(), k.hash, newOwner(), 1).Err()) // a plain holder
+	require.NoError(t, c.rdb.PExpire(context.Background(), k.hash, time.Minute).Err())
+	_, err := c.Obtain(ctxT(t, 10*time.Second), key, WithTakeover(), WithWait(3*c.processTTL))
+	require.ErrorIs(t, err, ErrNotObtained, "a holder that did not ask for takeover is never evicted")
+}
+
+func TestNoTakeoverOfALiveProcess(t *testing.T) {
+	holder := newClient(t, nil, takeoverOpts(time.Minute))
+	waiter := newClient(t, nil, takeoverOpts(time.Minute))
+	key := uniqueKey(t)
+	l, err := holder.Obtain(ctxT(t, 5*time.Second), key, WithTakeover())
+	require.NoError(t, err)
+	defer l.Release(context.Background())
+	_, err = waiter.Obtain(ctxT(t, 10*time.Second), key, WithTakeover(), WithWait(4*waiter.processTTL))
+	require.ErrorIs(t, err, ErrNotObtained, "the holder's process key is renewed: no takeover")
+	require.NoError(t, l.Err())
+}
+
+func TestProcessKeyLifecycle(t *testing.T) {
+	rdb := newRedis(t, nil)
+	c := New(rdb, takeoverOpts(time.Minute))
+	ctx := ctxT(t, 10*time.Second)
+	pk := c.processKey(c.process)
+	l, err := c.Obtain(ctx, uniqueKey(t))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	n, err := rdb.Exists(ctx, pk).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "an Obtain without takeover sets no process key")
+
+	l, err = c.Obtain(ctx, uniqueKey(t), WithTakeover())
+	require.NoError(t, err)
+	_, named := processOf(l.h.owner)
+	assert.True(t, named, "a takeover lock names its process")
+	ttl, err := rdb.PTTL(ctx, pk).Result()
+	require.NoError(t, err)
+	assert.Positive(t, ttl)
+	assert.LessOrEqual(t, ttl, c.processTTL)
+	time.Sleep(2 * c.processTTL) // renewed on the heartbeat's timer
+	n, err = rdb.Exists(ctx, pk).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the heartbeat renews the key past its TTL")
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, c.Close())
+	n, err = rdb.Exists(ctx, pk).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "Close deletes the process key")
+}
+
+func TestFairTakeoverEvictsDeadQueuedOwners(t *testing.T) {
+	c := newClient(t, nil, takeoverOpts(time.Minute))
+	ctx := ctxT(t, 30*time.Second)
+	key := uniqueKey(t)
+	k := c.keysFor(key)
+	fk := k.fair()
+	deadOwner(t, c, key)
+	// Three places of the dead process at the head of the queue, each kept for a minute.
+	far := time.Now().Add(time.Minute).UnixMilli()
+	for range 3 {
+		o := newOwner() + processSep + "deadbeefdeadbeef"
+		require.NoError(t, c.rdb.RPush(ctx, fk.queue, o).Err())
+		require.NoError(t, c.rdb.ZAdd(ctx, fk.timeouts, redis.Z{Score: float64(far), Member: o}).Err())
+	}
+	start := time.Now()
+	l, err := c.ObtainFair(ctx, key, WithTakeover(), WithWait(20*time.Second))
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 20*time.Second)
+	n, err := c.rdb.LLen(ctx, fk.queue).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the dead places left the queue")
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestObtainManyTakesOverADeadKey(t *testing.T) {
+	c := newClient(t, nil, takeoverOpts(time.Minute))
+	a, b := uniqueKey(t), uniqueKey(t)
+	deadOwner(t, c, b)
+	m, err := c.ObtainMany(ctxT(t, 30*time.Second), []KeyFloor{{Key: a}, {Key: b}}, WithTakeover(), WithWait(20*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, m.Release(context.Background()))
+}
+
+// A holder evicted while alive (its process key lapsed: here deleted, its heartbeat stopped,
+// as when the process is frozen or cut off from Redis) learns of the loss from its watchdog's
+// next renewal, and the new holder's token is greater.
+func TestEvictedLiveHolderLearnsItsLoss(t *testing.T) {
+	holder := newClient(t, nil, takeoverOpts(3*time.Second))
+	waiter := newClient(t, nil, takeoverOpts(time.Minute))
+	ctx := ctxT(t, 30*time.Second)
+	key := uniqueKey(t)
+	l, err := holder.Obtain(ctx, key, WithTakeover())
+	require.NoError(t, err)
+	holder.stopHeartbeat() // as if frozen: no renewal of the process key, which is deleted
+	got, err := waiter.Obtain(ctx, key, WithTakeover(), WithWait(20*time.Second))
+	require.NoError(t, err)
+	defer got.Release(context.Background())
+	assert.Greater(t, got.Token(), l.Token(), "the fence orders the new holder after the old one")
+	select {
+	case <-l.Done():
+		require.ErrorIs(t, l.Err(), ErrLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the evicted holder was never told")
+	}
+}
+
+// The child mode of TestTakeoverOfAKilledProcess: it obtains the key with takeover, says so on
+// stdout, and holds it until killed.
+const (
+	takeoverChildEnv    = "LOCKING_TEST_TAKEOVER_CHILD_REDIS"
+	takeoverChildKeyEnv = "LOCKING_TEST_TAKEOVER_CHILD_KEY"
+)
+
+func takeoverChildMain() int {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(takeoverChildEnv), ContextTimeoutEnabled: true, MaxRetries: -1})
+	c := New(rdb, takeoverOpts(30*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.ObtainFair(ctx, os.Getenv(takeoverChildKeyEnv), WithTakeover())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child obtain:", err)
+		return 1
+	}
+	fmt.Println("held", l.Token())
+	<-ctx.Done()
+	return 0
+}
+
+// A process that holds a lock is killed (SIGKILL: nothing released); a takeover waiter of
+// another process takes the lock well before the 30s lease ends, with a greater token.
+func TestTakeoverOfAKilledProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process: spawns a holder and kills it")
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), takeoverChildEnv+"="+shared.Addr(), takeoverChildKeyEnv+"="+key)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	childToken, err := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, "held ")), 10, 64)
+	require.NoError(t, err)
+
+	c := newClient(t, nil, takeoverOpts(30*time.Second))
+	got := make(chan *Lock, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := c.ObtainFair(ctxT(t, 40*time.Second), key, WithTakeover(), WithWait(30*time.Second))
+		errs <- err
+		got <- l
+	}()
+	time.Sleep(c.processTTL) // the waiter waits behind a live holder first
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	require.NoError(t, <-errs)
+	l := <-got
+	gap := time.Since(killed)
+	t.Logf("taken over %v after the kill (ProcessTTL %v, lease 30s)", gap, c.processTTL)
+	assert.Less(t, gap, 10*time.Second, "taken over, not waited out")
+	assert.Greater(t, l.Token(), childToken)
+	require.NoError(t, l.Release(context.Background()))
+}
