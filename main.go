@@ -138,6 +138,8 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	}
 	lockClient := locking.New(rb.client, lockOpts(inventory.LockKeyPrefix, "locking"))
 	defer closeLogged(logger, "lock client", lockClient.Close)
+	notice(logger, "lock process", "process", lockClient.Process(),
+		"note", "lock+guard's locks name this process; another process takes them over about a second after it dies")
 	if cfg.lockReplicas > 0 {
 		notice(logger, "lock replicas", "replicas", cfg.lockReplicas, "wait_timeout", cfg.redisCall,
 			"note", "each lock acquisition and renewal waits for this many replicas to acknowledge it (WAIT)")

@@ -128,7 +128,11 @@ func (r redisMultiLocker) ObtainMany(ctx context.Context, keys []KeyFloor) (Mult
 	for i, k := range keys {
 		kfs[i] = locking.KeyFloor{Key: k.Key, Floor: k.Floor}
 	}
-	m, err := r.many(ctx, kfs)
+	var opts []locking.ObtainOption
+	if r.takeover {
+		opts = append(opts, locking.WithTakeover())
+	}
+	m, err := r.many(ctx, kfs, opts...)
 	switch {
 	case err == nil:
 		return m, nil

@@ -33,6 +33,31 @@ func NewRedlockLocker(r *locking.Redlock) Locker {
 type redisLocker struct {
 	obtain, try func(ctx context.Context, key string, opts ...locking.ObtainOption) (*locking.Lock, error)
 	fair        func(ctx context.Context, key string, opts ...locking.ObtainOption) (*locking.Lock, error) // nil for Redlock
+	takeover    bool                                                                                       // locking.WithTakeover on every call (takeoverOf)
+}
+
+// takeoverLocker is a Locker that has a variant taking its locks with locking.WithTakeover:
+// NewLocker's. lock+guard uses it (takeoverOf), because every write it makes under an item's
+// lock is fenced by the lock's token and guarded by stock >= ?: a waiter may then take the
+// lock of a holder whose process died within the Client's ProcessTTL (about 1s) instead of
+// its lease (30s), and nothing is oversold (DESIGN §3.6). lock, whose write is not fenced,
+// keeps the plain Locker and waits out the lease.
+type takeoverLocker interface {
+	withTakeover() Locker
+}
+
+// takeoverOf returns l's takeover variant when it has one, l otherwise (a test's fake, Redlock's:
+// a Redlock waiter waits out the lease).
+func takeoverOf(l Locker) Locker {
+	if t, ok := l.(takeoverLocker); ok {
+		return t.withTakeover()
+	}
+	return l
+}
+
+func (r redisMultiLocker) withTakeover() Locker {
+	r.takeover = true
+	return r
 }
 
 // ObtainInTurn is Obtain in first-come order across processes (locking.Client.ObtainFair): the
@@ -63,6 +88,9 @@ func (r redisLocker) take(ctx context.Context, obtain func(context.Context, stri
 	var opts []locking.ObtainOption
 	if floor > 0 {
 		opts = append(opts, locking.WithFloor(floor))
+	}
+	if r.takeover {
+		opts = append(opts, locking.WithTakeover())
 	}
 	l, err := obtain(ctx, key, opts...)
 	switch {

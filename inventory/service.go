@@ -176,7 +176,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	s.multi, s.holdTTL = cfg.Multi, cfg.HoldTTL
 	if s.multi == nil {
-		s.multi, _ = cfg.Locker.(MultiLocker)
+		s.multi, _ = takeoverOf(cfg.Locker).(MultiLocker) // lock+guard's carts and holds: fenced
 	}
 	if s.holdTTL <= 0 {
 		s.holdTTL = DefaultHoldTTL

@@ -69,7 +69,7 @@ var builtinStrategies = []Strategy{
 	{StrategyInfo: StrategyInfo{Name: StrategyLockGuard, HowIt: "Redis lock; inside it work, then the guarded update with the fence check (one hold sells to every waiting buyer)",
 		Safe: true, Locks: true, Safety: "safe even when the lock is lost: a stale holder's write is refused"},
 		build: func(d deps, cfg Config) strategy {
-			return newLockGuard(d, cfg.Locker, StrategyLockGuard, cfg)
+			return newLockGuard(d, takeoverOf(cfg.Locker), StrategyLockGuard, cfg)
 		}},
 	{StrategyInfo: StrategyInfo{Name: StrategyRedlockGuard, HowIt: "lock+guard over Redlock (several independent Redis nodes)", Safe: true, Locks: true,
 		Safety: "as lock+guard", Redlock: true},

@@ -110,3 +110,8 @@ func (c *Client) stopHeartbeat() {
 	defer cancel()
 	_ = c.rdb.Del(ctx, c.processKey(c.process)).Err()
 }
+
+// Process returns the Client's process id: its WithTakeover locks name it (their owner token
+// is random@process in the lock hash), and its process key, c.prefix+"process:{id}", says it is
+// alive. Operators match it with the storefront's start-up log to see which process holds a lock.
+func (c *Client) Process() string { return c.process }

@@ -38,18 +38,36 @@ func WithTakeover() ObtainOption {
 	return func(c *obtainConfig) { c.takeover = true }
 }
 
-// processSep separates an owner's random token from its process id.
-const processSep = "@"
+// An owner token of a Client's lock (Obtain, ObtainFair, ObtainMany) is newOwner's random
+// token followed by the Client's process id (Client.Process), so that a lock names the
+// process that holds it: random@process when the Obtain asked for takeover, random#process
+// otherwise. Only the first kind can be taken over.
+const (
+	processSep      = "@"
+	plainProcessSep = "#"
+)
 
-// ownerFor returns a new owner token: newOwner's, and with takeover the Client's process id.
+// ownerFor returns a new owner token for an Obtain of this Client.
 func (c *Client) ownerFor(takeover bool) string {
 	if takeover {
 		return newOwner() + processSep + c.process
 	}
-	return newOwner()
+	return newOwner() + plainProcessSep + c.process
 }
 
-// processOf returns the process id that owner names, if it names one.
+// HolderProcess returns the process id (Client.Process) of the Client whose lock has the
+// owner token owner (the field of the lock hash, KeysOf), and whether that lock may be taken
+// over (its Obtain asked for it: WithTakeover). It returns "", false for an owner that names
+// no process (a Redlock's, a semaphore's).
+func HolderProcess(owner string) (process string, takeover bool) {
+	if p, ok := processOf(owner); ok {
+		return p, true
+	}
+	_, p, _ := strings.Cut(owner, plainProcessSep)
+	return p, false
+}
+
+// processOf returns the process id that owner names, if it names one and may be taken over.
 func processOf(owner string) (string, bool) {
 	_, p, ok := strings.Cut(owner, processSep)
 	return p, ok && p != ""
