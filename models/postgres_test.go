@@ -26,6 +26,8 @@ func TestPostgresSessionSettings(t *testing.T) {
 		return v
 	}
 	assert.Equal(t, "1500ms", show(db, "statement_timeout"))
+	assert.Equal(t, "3s", show(db, "idle_in_transaction_session_timeout"), "a session left inside a transaction ends")
+	assert.Equal(t, "30s", show(db, "tcp_keepalives_idle"))
 	assert.Equal(t, "read committed", show(db, "transaction_isolation"), "the guard is built for READ COMMITTED")
 	assert.Equal(t, "stockguard", show(db, "application_name"))
 	sqlDB, err := db.DB()
