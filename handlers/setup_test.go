@@ -49,6 +49,9 @@ var apiDoc = func() *apicheck.Checker {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	dbs.Close()
+	if testing.Verbose() {
+		fmt.Printf("openapi: %d answers checked against the document\n", apiDoc.Checked())
+	}
 	os.Exit(code)
 }
 
