@@ -18,7 +18,8 @@
 //	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof); the admin
 //	                                 token too with Config.ProfilesNeedAdmin
 //	GET  /healthz, /readyz, /metrics
-//	GET  /openapi.json               the OpenAPI document of the /api/ routes above (openapi.go)
+//	GET  /openapi.json               the OpenAPI document of the routes above that are not
+//	                                 --demo only (openapi.go)
 //
 // An extension (the lock lab of package lab) adds its own routes through Config.Extend, its
 // page through Config.Pages, and acts on single purchases through Config.Intercept; the
