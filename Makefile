@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test deps system-packages vet bench loadtest perf run lab screenshots
+.PHONY: test deps system-packages vet bench oapigen loadtest perf run lab screenshots
 
 ## test: install what the tests need, then vet and run every test under the race detector; then
 ## the storefront built without the demo (-tags nodemo: no lab, no demo strategies).
@@ -44,6 +44,11 @@ vet:
 ## bench: the lock benchmarks, next to the peer libraries (nested module under bench/).
 bench: deps
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime 3s .
+
+## oapigen: the client generated from handlers/openapi.json by oapi-codegen is current, and
+## drives a running storefront (nested module under tools/oapigen/).
+oapigen: deps
+	cd tools/oapigen && $(GO) test -count=1 ./...
 
 ## loadtest: the self-contained comparison of every strategy across three processes (SQLite;
 ## `make loadtest LOADTEST_ARGS="-db postgres"` for a private PostgreSQL).

@@ -18,6 +18,8 @@
 //	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof); the admin
 //	                                 token too with Config.ProfilesNeedAdmin
 //	GET  /healthz, /readyz, /metrics
+//	GET  /openapi.json               the OpenAPI document of the routes above that are not
+//	                                 --demo only (openapi.go)
 //
 // An extension (the lock lab of package lab) adds its own routes through Config.Extend, its
 // page through Config.Pages, and acts on single purchases through Config.Intercept; the
@@ -165,6 +167,7 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 	r.GET("/healthz", small, s.healthz)
 	r.GET("/readyz", small, s.readyz)
 	r.GET("/metrics", small, s.serveMetrics)
+	r.GET("/openapi.json", small, serveOpenAPI) // openapi.go
 
 	api := r.Group("/api")
 	api.GET("/items", small, s.listItems)
