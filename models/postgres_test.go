@@ -27,7 +27,7 @@ func TestPostgresSessionSettings(t *testing.T) {
 	}
 	assert.Equal(t, "1500ms", show(db, "statement_timeout"))
 	assert.Equal(t, "3s", show(db, "idle_in_transaction_session_timeout"), "a session left inside a transaction ends")
-	assert.Equal(t, "30s", show(db, "tcp_keepalives_idle"))
+	assert.Equal(t, "30", show(db, "tcp_keepalives_idle"), "seconds")
 	assert.Equal(t, "read committed", show(db, "transaction_isolation"), "the guard is built for READ COMMITTED")
 	assert.Equal(t, "stockguard", show(db, "application_name"))
 	sqlDB, err := db.DB()
@@ -160,7 +160,9 @@ func TestPostgresMigrationWaitsPastStatementTimeout(t *testing.T) {
 	ctx := context.Background()
 	url := dbs.PG.Database(t)
 	const timeout = 200 * time.Millisecond
-	holder, err := models.Open(ctx, url, models.WithStatementTimeout(timeout))
+	// The holder sits idle inside its transaction for three timeouts: its own session's
+	// idle_in_transaction_session_timeout (twice its statement timeout) must outlast that.
+	holder, err := models.Open(ctx, url, models.WithStatementTimeout(5*timeout))
 	require.NoError(t, err)
 	defer models.Close(holder)
 	tx := holder.Begin()
