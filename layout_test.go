@@ -190,3 +190,17 @@ func deps(t *testing.T, tags string) []string {
 	require.NoError(t, err)
 	return strings.Fields(string(out))
 }
+
+// The root is only the command: at most 8 Go files besides tests, each one part of starting it
+// (the metrics wiring and the leak switch live in handlers).
+func TestRootIsOnlyTheCommand(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	var src []string
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			src = append(src, f)
+		}
+	}
+	assert.LessOrEqual(t, len(src), 8, "the root's Go files besides tests: %v", src)
+}

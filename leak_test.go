@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/handlers"
 )
 
 // goroutines reads go_goroutines from s's /metrics.
@@ -64,10 +66,10 @@ func TestLeakBuildKeepsAGoroutinePerPurchase(t *testing.T) {
 	t.Logf("untagged: go_goroutines grew by %d over %d purchases", grew, n)
 	assert.Less(t, grew, n/2, "the untagged storefront's goroutines do not grow with its purchases")
 
-	leaky := startBinary(t, buildBinary(t, leakTag), leakArgs(t)...)
-	assert.Contains(t, leaky.logs.String(), "built with -tags "+leakTag)
+	leaky := startBinary(t, buildBinary(t, handlers.LeakTag), leakArgs(t)...)
+	assert.Contains(t, leaky.logs.String(), "built with -tags "+handlers.LeakTag)
 	grew = leakGrowth(t, leaky, n)
-	t.Logf("-tags %s: go_goroutines grew by %d over %d purchases", leakTag, grew, n)
+	t.Logf("-tags %s: go_goroutines grew by %d over %d purchases", handlers.LeakTag, grew, n)
 	assert.GreaterOrEqual(t, grew, n-n/10, "one goroutine kept per purchase")
 }
 
@@ -146,6 +148,6 @@ func TestMetricsExportTheDatabasePool(t *testing.T) {
 	text := metricsText(t, s)
 	for _, name := range []string{"go_sql_open_connections", "go_sql_in_use_connections", "go_sql_idle_connections",
 		"go_sql_max_open_connections", "go_sql_wait_count_total"} {
-		assert.Regexp(t, `(?m)^`+name+`\{db_name="`+dbStatsName+`"\} \d+`, text)
+		assert.Regexp(t, `(?m)^`+name+`\{db_name="`+handlers.DBStatsName+`"\} \d+`, text)
 	}
 }
