@@ -6,10 +6,14 @@ TESTARGS ?=
 .PHONY: test deps system-packages vet bench loadtest perf run lab screenshots
 
 ## test: install what the tests need, then vet and run every test under the race detector; then
-## the storefront built without the demo (-tags nodemo: no lab, no demo strategies).
+## what the nodemo tag changes (no lab, no demo strategies): its vet, which builds every package
+## and test without the demo, and the tests written for that build (the root's TestNodemoBuild;
+## handlers, whose test setup the tag changes). locking and models carry no tag: not rerun.
 test: deps vet
 	$(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
-	$(GO) test -tags nodemo -count=1 . ./handlers ./inventory ./models ./locking
+	$(GO) vet -tags nodemo $(PKGS)
+	$(GO) test -tags nodemo -count=1 -run '^TestNodemoBuild$$' .
+	$(GO) test -tags nodemo -count=1 ./handlers
 
 ## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
 ## lab's browser test, nginx for the routing test (Debian packages redis-server, postgresql,
