@@ -3,17 +3,31 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test deps system-packages vet bench loadtest perf run lab screenshots
+.PHONY: test testbin deps system-packages vet bench loadtest perf run lab screenshots
 
 ## test: install what the tests need, then vet and run every test under the race detector; then
 ## what the nodemo tag changes (no lab, no demo strategies): its vet, which builds every package
 ## and test without the demo, and the tests written for that build (the root's TestNodemoBuild;
 ## handlers, whose test setup the tag changes). locking and models carry no tag: not rerun.
-test: deps vet
-	$(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
+test: deps vet testbin
+	$(STOREFRONT_ENV) $(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
 	$(GO) vet -tags nodemo $(PKGS)
 	$(GO) test -tags nodemo -count=1 -run '^TestNodemoBuild$$' .
 	$(GO) test -tags nodemo -count=1 ./handlers
+
+# The run's storefront builds (git ignores the folder).
+TESTBIN ?= $(CURDIR)/.testbin
+# The storefront binaries the tests start as processes, built once per run by testbin and named
+# to the tests in these variables (internal/storefrontbin; a test run without them builds its own).
+STOREFRONT_ENV = STOCKGUARD_BIN=$(TESTBIN)/stockguard STOCKGUARD_BIN_LEAKTEST=$(TESTBIN)/stockguard-leaktest \
+	STOCKGUARD_BIN_NODEMO=$(TESTBIN)/stockguard-nodemo
+
+# testbin: the storefront as the tests start it: default, -tags leaktest, -tags nodemo.
+testbin:
+	@mkdir -p $(TESTBIN)
+	$(GO) build -o $(TESTBIN)/stockguard .
+	$(GO) build -tags leaktest -o $(TESTBIN)/stockguard-leaktest .
+	$(GO) build -tags nodemo -o $(TESTBIN)/stockguard-nodemo .
 
 ## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
 ## lab's browser test, nginx for the routing test (Debian packages redis-server, postgresql,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/storefrontbin"
 )
 
 const module = "github.com/stockguard/stockguard"
@@ -179,8 +182,8 @@ func TestNodemoBuildLeavesTheDemoOut(t *testing.T) {
 		assert.NotContains(t, without, pkg)
 		assert.Contains(t, with, pkg)
 	}
-	out, err := exec.Command("go", "build", "-tags", "nodemo", "-o", filepath.Join(t.TempDir(), "stockguard"), ".").CombinedOutput()
-	require.NoError(t, err, "go build -tags nodemo .: %s", out)
+	_, err := storefrontbin.Shared(context.Background(), ".", t.TempDir(), "nodemo") // make test's nodemo build when STOCKGUARD_BIN_NODEMO names it
+	require.NoError(t, err)
 }
 
 // deps lists what `go list -deps .` names with the build tags.

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/storefrontbin"
 )
 
 // goroutines reads go_goroutines from s's /metrics.
@@ -74,16 +75,12 @@ func TestLeakBuildKeepsAGoroutinePerPurchase(t *testing.T) {
 }
 
 // buildBinary builds the storefront (go build, with tags when given) into a temporary file and
-// returns its path.
+// returns its path, or returns the one make test built for the run (internal/storefrontbin:
+// STOCKGUARD_BIN_LEAKTEST for the leaktest tag).
 func buildBinary(t *testing.T, tags ...string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "stockguard")
-	args := []string{"build", "-o", bin}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
-	}
-	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-	require.NoError(t, err, "go %s: %s", strings.Join(args, " "), out)
+	bin, err := storefrontbin.Shared(context.Background(), ".", t.TempDir(), tags...)
+	require.NoError(t, err)
 	return bin
 }
 
