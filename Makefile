@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test testbin deps system-packages vet bench loadtest perf run lab screenshots
+.PHONY: test test-short testbin deps system-packages vet bench loadtest perf run lab screenshots
 
 ## test: install what the tests need, then vet and run every test under the race detector; then
 ## what the nodemo tag changes (no lab, no demo strategies): its vet, which builds every package
@@ -14,6 +14,12 @@ test: deps vet testbin
 	$(GO) vet -tags nodemo $(PKGS)
 	$(GO) test -tags nodemo -count=1 -run '^TestNodemoBuild$$' .
 	$(GO) test -tags nodemo -count=1 ./handlers
+
+## test-short: the inner loop (aim: 90 s): unit tests and the real-server tests, under the race
+## detector; the multi-process, fault, browser and PostgreSQL-row tests skip, naming their group
+## (internal/testutil).
+test-short:
+	$(GO) test -race -short -count=1 $(TESTARGS) $(PKGS)
 
 # The run's storefront builds (git ignores the folder).
 TESTBIN ?= $(CURDIR)/.testbin

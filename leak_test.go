@@ -20,6 +20,7 @@ import (
 
 	"github.com/stockguard/stockguard/handlers"
 	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // goroutines reads go_goroutines from s's /metrics.
@@ -58,9 +59,7 @@ func leakArgs(t *testing.T) []string {
 // purchases, while this test binary's storefront (built without the tag) does not grow with
 // them.
 func TestLeakBuildKeepsAGoroutinePerPurchase(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the storefront")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess) // builds the storefront and runs it
 	const n = 60
 	plain := startServer(t, nil, leakArgs(t)...)
 	grew := leakGrowth(t, plain, n)

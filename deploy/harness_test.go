@@ -22,6 +22,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/procutil"
 	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // The harness of the nginx tests: the storefront, nginx and their processes, and requests
@@ -60,6 +61,7 @@ func nginxPath(t *testing.T) string {
 // one make test built for the run (STOCKGUARD_BIN, internal/storefrontbin).
 func buildStorefront(t *testing.T, dir string) string {
 	t.Helper()
+	testutil.SkipShort(t, testutil.MultiProcess)
 	bin, err := storefrontbin.Shared(context.Background(), "..", dir)
 	require.NoError(t, err)
 	return bin

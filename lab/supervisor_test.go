@@ -24,6 +24,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/lab"
 )
 
@@ -62,6 +63,7 @@ type labServer struct {
 // the server and the ids of the three lab items.
 func startLab(t *testing.T, n int) (*labServer, []int64) {
 	t.Helper()
+	testutil.SkipShort(t, testutil.MultiProcess)
 	exe, err := storefrontBinary()
 	require.NoError(t, err)
 	rs := redistest.Start(t)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // Storefront is the storefront binary a package's TestMain built (Main); SkipReason says why
@@ -36,7 +37,7 @@ func Main(m *testing.M, root string) int {
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	if testing.Short() {
-		SkipReason = "self-contained runs take a while; skipped with -short"
+		SkipReason = "-short skips the " + testutil.MultiProcess + " tests (make test runs them): self-contained runs start several storefronts"
 	} else if _, err := os.Stat(filepath.Join(root, "main.go")); err != nil {
 		SkipReason = "the storefront's main.go is not there yet: self-contained runs skipped"
 	} else if Storefront, err = storefrontbin.Shared(ctx, root, dir); err != nil { // make test's build when STOCKGUARD_BIN names it
