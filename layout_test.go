@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/storefrontbin"
 )
 
 const module = "github.com/stockguard/stockguard"
@@ -179,8 +182,8 @@ func TestNodemoBuildLeavesTheDemoOut(t *testing.T) {
 		assert.NotContains(t, without, pkg)
 		assert.Contains(t, with, pkg)
 	}
-	out, err := exec.Command("go", "build", "-tags", "nodemo", "-o", filepath.Join(t.TempDir(), "stockguard"), ".").CombinedOutput()
-	require.NoError(t, err, "go build -tags nodemo .: %s", out)
+	_, err := storefrontbin.Shared(context.Background(), ".", t.TempDir(), "nodemo") // make test's nodemo build when STOCKGUARD_BIN_NODEMO names it
+	require.NoError(t, err)
 }
 
 // deps lists what `go list -deps .` names with the build tags.
@@ -189,4 +192,18 @@ func deps(t *testing.T, tags string) []string {
 	out, err := exec.Command("go", "list", "-tags", tags, "-deps", ".").Output()
 	require.NoError(t, err)
 	return strings.Fields(string(out))
+}
+
+// The root is only the command: at most 8 Go files besides tests, each one part of starting it
+// (the metrics wiring and the leak switch live in handlers).
+func TestRootIsOnlyTheCommand(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	var src []string
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			src = append(src, f)
+		}
+	}
+	assert.LessOrEqual(t, len(src), 8, "the root's Go files besides tests: %v", src)
 }

@@ -101,7 +101,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	}
 
 	reg := prometheus.NewRegistry()
-	if err := registerDBStats(reg, db); err != nil { // dbstats.go: the pool's go_sql_* metrics
+	if sqlDB, err := db.DB(); err != nil {
+		return fmt.Errorf("database pool metrics: %w", err)
+	} else if err := handlers.RegisterDBStats(reg, sqlDB); err != nil { // the pool's go_sql_* metrics
 		return err
 	}
 	brk := newBreakers(reg, logger) // breaker.go: one per Redis node
@@ -193,7 +195,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		return err
 	}
 	defer closeLogged(logger, "inventory workers", svc.Close) // after the requests drained
-	reg.MustRegister(overdueHolds{svc: svc, log: logger})
+	reg.MustRegister(handlers.NewOverdueHolds(svc.OverdueHolds, logger))
 
 	token := cfg.adminToken
 	if token == "" {
@@ -216,7 +218,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	if extra != nil {
 		extra.Handlers(&hcfg, svc)
 	}
-	return listenAndServe(ctx, cfg, leakPurchases(ctx, handlers.New(hcfg), logger), logger) // leak_*.go: none but under -tags leaktest
+	return listenAndServe(ctx, cfg, handlers.LeakPurchases(ctx, handlers.New(hcfg), logger), logger) // none but under -tags leaktest
 }
 
 // demo is what the demo adds to the command; demo.go sets it from init. Built with the nodemo

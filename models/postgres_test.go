@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/models"
 )
 
@@ -46,6 +47,7 @@ func TestPostgresSessionSettings(t *testing.T) {
 
 // The errors the storefront must tell apart, each produced for real on the server.
 func TestPostgresErrorClassification(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	ctx := context.Background()
 	url := dbs.PG.Database(t)
 	db, err := models.Open(ctx, url, models.WithStatementTimeout(200*time.Millisecond))
