@@ -23,6 +23,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/pgproc"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 	"github.com/stockguard/stockguard/models"
@@ -37,9 +38,7 @@ import (
 // sets the kills per case (default 2; docs/measured.md's figures are of 20).
 
 func TestKilledHolderTakenOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process: three storefronts, one killed with SIGKILL")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess)
 	bin := buildBinary(t)
 	kills := envInt("STOCKGUARD_TAKEOVER_KILLS", 2)
 	for _, tc := range []struct {

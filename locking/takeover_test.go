@@ -15,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // takeoverOpts are the Options of the takeover tests: the storefront's call timeout, so the
@@ -198,9 +200,7 @@ func takeoverChildMain() int {
 // A process that holds a lock is killed (SIGKILL: nothing released); a takeover waiter of
 // another process takes the lock well before the 30s lease ends, with a greater token.
 func TestTakeoverOfAKilledProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process: spawns a holder and kills it")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess)
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	key := uniqueKey(t)
