@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,6 +211,48 @@ func TestTracesInJaeger(t *testing.T) {
 	assert.Less(t, tk, sn, "the refused token is older than the one the database had seen")
 	t.Logf("%d requests, %d traces; %d coalesced holds, the largest served %d buyers; fence refused token %d (seen %d)",
 		len(reqs), len(distinct), len(holds), maxServed, tk, sn)
+}
+
+// With OTEL_EXPORTER_OTLP_ENDPOINT set, the storefront exports its spans over OTLP/HTTP (to a
+// loopback receiver here) and its request log lines carry the trace and span ids; without it,
+// nothing is exported and no line carries them (tracing is off, nothing installed).
+func TestTracingOnlyWhenAsked(t *testing.T) {
+	var posts atomic.Int64
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/traces" && r.Header.Get("Content-Type") == "application/x-protobuf" {
+			if b, _ := io.ReadAll(r.Body); len(b) > 0 {
+				posts.Add(1)
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer recv.Close()
+	for _, on := range []bool{false, true} {
+		env := map[string]string{}
+		if on {
+			env["OTEL_EXPORTER_OTLP_ENDPOINT"] = recv.URL
+		}
+		s := startServer(t, env, "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "t.db"), "--log-level", "info",
+			"--admin-token", "t", "--shutdown-timeout", "10s")
+		assert.Equal(t, http.StatusCreated, s.call("POST", "/api/items/1/purchase", `{"quantity":1}`, nil, "X-Request-ID: traced-buy"))
+		require.Equal(t, 0, s.shutdown(), "a clean shutdown flushes the spans")
+		line := ""
+		for _, l := range strings.Split(s.logs.String(), "\n") {
+			if strings.Contains(l, "msg=request ") && strings.Contains(l, "request_id=traced-buy") {
+				line = l
+			}
+		}
+		require.NotEmpty(t, line, "the access log line")
+		if !on {
+			assert.NotContains(t, line, "trace_id=")
+			assert.NotContains(t, s.logs.String(), "msg=tracing")
+			assert.Zero(t, posts.Load(), "nothing exported with tracing off")
+			continue
+		}
+		assert.Regexp(t, `trace_id=[0-9a-f]{32} span_id=[0-9a-f]{16}`, line)
+		assert.Contains(t, s.logs.String(), "msg=tracing service=stockguard")
+		assert.Positive(t, posts.Load(), "spans exported over OTLP/HTTP by the shutdown")
+	}
 }
 
 // startTraced runs the storefront binary bin with env as its whole environment and args,

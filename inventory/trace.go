@@ -170,8 +170,10 @@ func (t tracer) annotateCart(ctx context.Context, req CheckoutRequest, rec CartR
 	for i, l := range req.Lines {
 		items[i] = l.ItemID
 	}
-	span.SetAttributes(AttrItems.Int64Slice(items), AttrStrategy.String(req.Strategy),
-		AttrOutcome.String(Outcome(rec.Replayed, err)))
+	span.SetAttributes(AttrItems.Int64Slice(items), AttrOutcome.String(Outcome(rec.Replayed, err)))
+	if rec.Strategy != "" {
+		span.SetAttributes(AttrStrategy.String(rec.Strategy))
+	}
 }
 
 // Outcome names a purchase's or cart's outcome as the API's error codes do: "ordered",
