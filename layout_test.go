@@ -32,15 +32,16 @@ func TestDependencyPicture(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, "./...").Output()
 	require.NoError(t, err)
 	allowed := map[string][]string{ // package -> project packages it may import directly
-		"":                {"handlers", "inventory", "locking", "models", "internal/redisproc", "lab"}, // the command; lab only from demo.go
-		"handlers":        {"inventory"},
-		"inventory":       {"locking", "models"},
-		"locking":         {},
-		"models":          {},
-		"pitfalls":        {"inventory"},
-		"lab":             {"handlers", "inventory", "locking", "pitfalls", "internal/"},
-		"internal/":       {"internal/"}, // every internal/ package not named below
-		"internal/dbtest": {"internal/", "models"},
+		"":                 {"handlers", "inventory", "locking", "models", "internal/redisproc", "internal/tracing", "lab"}, // the command; lab only from demo.go
+		"handlers":         {"inventory"},
+		"inventory":        {"locking", "models"},
+		"locking":          {},
+		"models":           {},
+		"pitfalls":         {"inventory"},
+		"lab":              {"handlers", "inventory", "locking", "pitfalls", "internal/"},
+		"internal/":        {"internal/"}, // every internal/ package not named below
+		"internal/dbtest":  {"internal/", "models"},
+		"internal/tracing": {}, // the OpenTelemetry SDK and the libraries' instrumentation, nothing of ours
 	}
 	ruled := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -80,6 +81,31 @@ func TestDependencyPicture(t *testing.T) {
 	for _, layer := range loadtestLayers {
 		for _, pkg := range layer {
 			assert.True(t, ruled[pkg], "%s was listed and ruled", pkg)
+		}
+	}
+}
+
+// TestTracingSeams keeps OpenTelemetry where docs/DESIGN.md §2.2 puts it: the SDK, the
+// exporter and the libraries' instrumentation (otelgin, redisotel, otelsql) in
+// internal/tracing only; inventory and the command's logging use the API alone (a tracer
+// handed in, a span from a context), and locking uses none of it (go-redis and the standard
+// library only).
+func TestTracingSeams(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, ".", "./handlers", "./inventory", "./locking", "./models").Output()
+	require.NoError(t, err)
+	api := []string{"go.opentelemetry.io/otel/trace", "go.opentelemetry.io/otel/attribute", "go.opentelemetry.io/otel/codes"}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		rel := cmp.Or(strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/"), "main (the command)")
+		for _, imp := range strings.Fields(imports) {
+			otel := strings.HasPrefix(imp, "go.opentelemetry.io/") || strings.Contains(imp, "otelsql") || strings.Contains(imp, "redisotel")
+			switch {
+			case !otel:
+			case rel == "locking":
+				t.Errorf("locking imports %s: it imports go-redis and the standard library only", imp)
+			case !slices.Contains(api, imp):
+				t.Errorf("%s imports %s: the SDK and the instrumentation live in internal/tracing", rel, imp)
+			}
 		}
 	}
 }

@@ -56,7 +56,7 @@ func openPostgres(ctx context.Context, url string, o options) (*gorm.DB, error) 
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = "stockguard"
 	}
-	sqlDB := stdlib.OpenDB(*cfg)
+	sqlDB := o.openDBOf(stdlib.GetConnector(*cfg))
 	sqlDB.SetMaxOpenConns(o.maxOpenConns)
 	sqlDB.SetMaxIdleConns(o.maxOpenConns)
 	// Connections are recycled now and then, so that a pool follows a failover or a
