@@ -43,13 +43,13 @@ type KillFigures struct {
 
 // Kill is one kill of the hot lock's holder, its times in seconds since the run began.
 type Kill struct {
-	Instance  int    `json:"instance"`
-	PID       int    `json:"pid"`
-	Process   string `json:"process,omitempty"` // the lock Client's process id (its "lock process" log line)
-	Token     int64  `json:"token"`             // the hot lock's fencing token it held
-	Confirmed string `json:"confirmed"`         // how Redis showed it still held the lock once stopped
-	At        float64 `json:"at_s"`             // the SIGKILL
-	Restarted float64 `json:"restarted_at_s"`   // the instance ready again (a new process)
+	Instance  int     `json:"instance"`
+	PID       int     `json:"pid"`
+	Process   string  `json:"process,omitempty"` // the lock Client's process id (its "lock process" log line)
+	Token     int64   `json:"token"`             // the hot lock's fencing token it held
+	Confirmed string  `json:"confirmed"`         // how Redis showed it still held the lock once stopped
+	At        float64 `json:"at_s"`              // the SIGKILL
+	Restarted float64 `json:"restarted_at_s"`    // the instance ready again (a new process)
 	// GapS is the sales gap: from the kill to the first 201 of the hot item answered by
 	// another instance for a request sent after the kill (-1: none before the run ended).
 	GapS float64 `json:"gap_s"`
