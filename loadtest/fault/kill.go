@@ -275,7 +275,10 @@ func (k *KillFigures) String() string {
 			fmt.Fprintf(&b, " %.2fs", x.GapS)
 		}
 	}
-	if k.WorstGapS >= 0 {
+	switch {
+	case k.WorstGapS >= 0 && math.IsInf(k.WorstGapMS(), 1):
+		fmt.Fprintf(&b, "; of the gaps seen: worst %.2fs, median %.2fs", k.WorstGapS, k.MedianGapS)
+	case k.WorstGapS >= 0:
 		fmt.Fprintf(&b, "; worst %.2fs, median %.2fs", k.WorstGapS, k.MedianGapS)
 	}
 	return b.String()
