@@ -169,10 +169,12 @@ func (c *Chaos) heldBy(ctx context.Context, l storeapi.HeldLock, process string)
 }
 
 // awaitSale waits until an instance other than the killed one has sold the hot item since
-// the kill (its sold units grew), or the run ends (false). It paces the kills; the gap itself
-// is read from the answers after the run (Event.Settle).
+// the kill (its sold units grew), or the run ends, or a lease and StepWait passed (false). It
+// paces the kills; the gap itself is read from the answers after the run (Event.Settle).
 func (m *Injection) awaitSale(k Kill) bool {
-	other := m.c.apis[(k.Instance+1)%len(m.c.apis)]
+	deadline := time.Now().Add(m.c.lease + StepWait)
+	next := (k.Instance + 1) % len(m.c.apis)
+	other := m.c.apis[next]
 	sold := func() int {
 		cctx, cancel := context.WithTimeout(m.ctx, time.Second)
 		defer cancel()
@@ -188,17 +190,18 @@ func (m *Injection) awaitSale(k Kill) bool {
 		return -1
 	}
 	base := sold()
-	for base < 0 {
-		if !m.wait(20 * time.Millisecond) {
-			return false
-		}
-		base = sold()
-	}
 	for {
 		if !m.wait(20 * time.Millisecond) {
 			return false
 		}
-		if s := sold(); s > base {
+		if time.Now().After(deadline) {
+			m.mark("no sale of the hot item seen on instance %d within %s of the kill: no more kills", next, m.c.lease+StepWait)
+			return false
+		}
+		switch s := sold(); {
+		case base < 0:
+			base = s
+		case s > base:
 			return true
 		}
 	}
