@@ -2,11 +2,13 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/stockguard/stockguard/internal/linearize"
 	"github.com/stockguard/stockguard/loadtest/client"
@@ -38,8 +40,21 @@ func (w *Workload) recorded(req client.PurchaseReq, send func() client.PurchaseR
 	}
 	call := w.rec.Begin(linearize.Purchase{Item: req.ItemID, Quantity: req.Quantity, Key: req.Key})
 	r := send()
-	call.End(linearize.PurchaseOutcome(r.Status, r.Code, r.Receipt.Remaining))
+	call.End(outcomeOf(r.Err, linearize.PurchaseOutcome(r.Status, r.Code, r.Receipt.Remaining)))
 	return r
+}
+
+// outcomeOf is what an attempt promises: out, its answer's outcome, unless the connection was
+// refused (err is ECONNREFUSED: the instance is down, as after a kill -9, and no byte of the
+// request reached a server): then it had no effect, which the history knows, instead of an
+// outcome it must place both ways (a storefront killed -chaos kill's way is refused for the
+// seconds of its restart, to thousands of attempts). A connection that broke after it was
+// made (a reset, an EOF) stays of unknown outcome.
+func outcomeOf(err error, out linearize.Outcome) linearize.Outcome {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return linearize.Refused{Code: "connection refused"}
+	}
+	return out
 }
 
 // read asks a for the stock of item id (GET /api/items/:id) and records it in the history.
