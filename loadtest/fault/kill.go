@@ -32,9 +32,12 @@ type KillFigures struct {
 	Asked int    `json:"asked"` // -kills
 	Kills []Kill `json:"kills"` // every kill, in order
 	// WorstGapS and MedianGapS are over the kills whose gap was seen (-1: none was); a kill
-	// whose gap was never seen counts as the worst.
-	WorstGapS  float64 `json:"worst_gap_s"`
-	MedianGapS float64 `json:"median_gap_s"`
+	// whose gap was never seen counts as the worst. WorstSentAfterS and MedianSentAfterS are
+	// the same of the gaps to a request sent after the kill (Kill.SentAfterS).
+	WorstGapS        float64 `json:"worst_gap_s"`
+	MedianGapS       float64 `json:"median_gap_s"`
+	WorstSentAfterS  float64 `json:"worst_sent_after_s"`
+	MedianSentAfterS float64 `json:"median_sent_after_s"`
 	// Sold is the hot item's units answered 201 per BucketS seconds since the run began, for
 	// the HTML report's throughput plot, where the gaps are drawn.
 	BucketS float64 `json:"bucket_s"`
@@ -46,13 +49,19 @@ type Kill struct {
 	Instance  int     `json:"instance"`
 	PID       int     `json:"pid"`
 	Process   string  `json:"process,omitempty"` // the lock Client's process id (its "lock process" log line)
-	Token     int64   `json:"token"`             // the hot lock's fencing token it held
+	Token     int64   `json:"token"`             // the hot lock's fencing token it held (the item's latest, read once it was stopped)
 	Confirmed string  `json:"confirmed"`         // how Redis showed it still held the lock once stopped
 	At        float64 `json:"at_s"`              // the SIGKILL
 	Restarted float64 `json:"restarted_at_s"`    // the instance ready again (a new process)
-	// GapS is the sales gap: from the kill to the first 201 of the hot item answered by
-	// another instance for a request sent after the kill (-1: none before the run ended).
+	// GapS is the sales gap: from the kill to the next 201 of the hot item answered by
+	// another instance under a lock taken after the kill: its fencing token is above Token (a
+	// strategy whose receipts carry no token: a request sent after the kill). -1: none before
+	// the run ended.
 	GapS float64 `json:"gap_s"`
+	// SentAfterS is the same to the first such 201 of a request sent after the kill, an
+	// upper bound by up to one request's time (a request sent before the kill may wait in
+	// the lock's queue and be sold first), as TestKilledHolderTakenOver measures it.
+	SentAfterS float64 `json:"sent_after_s"`
 }
 
 // WorstGapMS is the worst sales gap of the run in milliseconds (the -threshold metric gap);
@@ -121,7 +130,7 @@ func (m *Injection) killHolder(n int) (Kill, error) {
 		if err := in.Pause(); err != nil {
 			continue // it died or was stopped meanwhile: look again
 		}
-		confirmed := m.c.heldBy(m.ctx, h.Lock, in.LockProcess())
+		confirmed, token := m.c.heldBy(m.ctx, h.Lock, in.LockProcess())
 		if confirmed == "" {
 			_ = in.Resume()
 			if !m.wait(5 * time.Millisecond) {
@@ -129,9 +138,9 @@ func (m *Injection) killHolder(n int) (Kill, error) {
 			}
 			continue
 		}
-		k := Kill{Instance: h.Index, PID: h.PID, Process: in.LockProcess(), Token: h.Lock.Token, Confirmed: confirmed}
+		k := Kill{Instance: h.Index, PID: h.PID, Process: in.LockProcess(), Token: token, Confirmed: confirmed}
 		k.At = m.mark("kill %d: instance %d (pid %d, process %s) holds %s token %d (%s): killed (SIGKILL)",
-			n, h.Index, h.PID, cmpOr(k.Process, "?"), h.Lock.Name, h.Lock.Token, confirmed)
+			n, h.Index, h.PID, cmpOr(k.Process, "?"), h.Lock.Name, token, confirmed)
 		again, err := m.c.cluster.RestartInstance(m.ctx, h.Index, 0)
 		if err != nil {
 			return k, fmt.Errorf("start instance %d again: %w", h.Index, err)
@@ -146,26 +155,34 @@ func (m *Injection) killHolder(n int) (Kill, error) {
 // heldBy tells how Redis shows, once its holder is stopped, that the lock l is still held by
 // the process named process: one owner of the lock's hash that names it (the owner token ends
 // in "@process" or "#process", locking.HolderProcess), else (an instance that logs no
-// process) the fencing counter still at l's token with the lock's key present. "" when not.
-func (c *Chaos) heldBy(ctx context.Context, l storeapi.HeldLock, process string) string {
+// process) the fencing counter still at l's token with the lock's key present; "" when not.
+// It returns the item's latest fencing token too, the one the stopped holder holds (it may
+// have taken the lock again since l).
+func (c *Chaos) heldBy(ctx context.Context, l storeapi.HeldLock, process string) (string, int64) {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if process == "" {
 		if storeapi.StillHeld(cctx, c.rdb, l) {
-			return "token still current in Redis"
+			return "token still current in Redis", l.Token
 		}
-		return ""
+		return "", 0
 	}
 	owners, err := c.rdb.HKeys(cctx, l.RedisKey).Result()
 	if err != nil {
-		return ""
+		return "", 0
+	}
+	token := l.Token
+	if l.FenceKey != "" {
+		if token, err = c.rdb.Get(cctx, l.FenceKey).Int64(); err != nil {
+			return "", 0
+		}
 	}
 	for _, o := range owners {
 		if strings.HasSuffix(o, "@"+process) || strings.HasSuffix(o, "#"+process) {
-			return "its process owns the lock in Redis"
+			return "its process owns the lock in Redis", token
 		}
 	}
-	return ""
+	return "", 0
 }
 
 // awaitSale waits until an instance other than the killed one has sold the hot item since
@@ -222,7 +239,7 @@ func (k *KillFigures) settle(start time.Time, purchases []*client.Purchase, inst
 	k.BucketS = bucket
 	k.Sold = k.Sold[:0]
 	for i := range k.Kills {
-		k.Kills[i].GapS = -1
+		k.Kills[i].GapS, k.Kills[i].SentAfterS = -1, -1
 	}
 	for _, p := range purchases {
 		for j, r := range p.Attempts {
@@ -238,25 +255,39 @@ func (k *KillFigures) settle(start time.Time, purchases []*client.Purchase, inst
 			}
 			sent := r.Start.Sub(start).Seconds()
 			inst := (p.Instance + j) % max(instances, 1)
+			tok := r.Receipt.FenceToken
 			for i := range k.Kills {
 				x := &k.Kills[i]
-				if inst != x.Instance && sent > x.At && (x.GapS < 0 || end-x.At < x.GapS) {
+				if inst == x.Instance || end < x.At {
+					continue
+				}
+				if (tok > x.Token || tok == 0 && sent > x.At) && (x.GapS < 0 || end-x.At < x.GapS) {
 					x.GapS = end - x.At
+				}
+				if sent > x.At && (x.SentAfterS < 0 || end-x.At < x.SentAfterS) {
+					x.SentAfterS = end - x.At
 				}
 			}
 		}
 	}
+	k.WorstGapS, k.MedianGapS = worstMedian(k.Kills, func(x Kill) float64 { return x.GapS })
+	k.WorstSentAfterS, k.MedianSentAfterS = worstMedian(k.Kills, func(x Kill) float64 { return x.SentAfterS })
+}
+
+// worstMedian returns the worst and the median of the gaps of kills that were seen (-1, -1:
+// none was).
+func worstMedian(kills []Kill, gap func(Kill) float64) (worst, med float64) {
 	var gaps []float64
-	k.WorstGapS, k.MedianGapS = -1, -1
-	for _, x := range k.Kills {
-		if x.GapS >= 0 {
-			gaps = append(gaps, x.GapS)
+	for _, x := range kills {
+		if g := gap(x); g >= 0 {
+			gaps = append(gaps, g)
 		}
 	}
-	if len(gaps) > 0 {
-		slices.Sort(gaps)
-		k.WorstGapS, k.MedianGapS = gaps[len(gaps)-1], median(gaps)
+	if len(gaps) == 0 {
+		return -1, -1
 	}
+	slices.Sort(gaps)
+	return gaps[len(gaps)-1], median(gaps)
 }
 
 func median(sorted []float64) float64 {
@@ -283,6 +314,9 @@ func (k *KillFigures) String() string {
 		fmt.Fprintf(&b, "; of the gaps seen: worst %.2fs, median %.2fs", k.WorstGapS, k.MedianGapS)
 	case k.WorstGapS >= 0:
 		fmt.Fprintf(&b, "; worst %.2fs, median %.2fs", k.WorstGapS, k.MedianGapS)
+	}
+	if k.WorstSentAfterS >= 0 {
+		fmt.Fprintf(&b, " (to a request sent after the kill: worst %.2fs, median %.2fs)", k.WorstSentAfterS, k.MedianSentAfterS)
 	}
 	return b.String()
 }
