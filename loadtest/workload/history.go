@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/stockguard/stockguard/internal/linearize"
 	"github.com/stockguard/stockguard/loadtest/client"
@@ -44,15 +43,15 @@ func (w *Workload) recorded(req client.PurchaseReq, send func() client.PurchaseR
 	return r
 }
 
-// outcomeOf is what an attempt promises: out, its answer's outcome, unless the connection was
-// refused (err is ECONNREFUSED: the instance is down, as after a kill -9, and no byte of the
-// request reached a server): then it had no effect, which the history knows, instead of an
-// outcome it must place both ways (a storefront killed -chaos kill's way is refused for the
-// seconds of its restart, to thousands of attempts). A connection that broke after it was
-// made (a reset, an EOF) stays of unknown outcome.
+// outcomeOf is what an attempt promises: out, its answer's outcome, unless no byte of it was
+// written (client.ErrNotSent: its connection was refused, the instance is down, as after a
+// kill -9): then it had no effect, which the history knows, instead of an outcome it must
+// place both ways (a storefront killed -chaos kill's way refuses its buyers' connections for
+// the seconds of its restart, to thousands of attempts). A request written once stays of
+// unknown outcome, whatever the error of a later try.
 func outcomeOf(err error, out linearize.Outcome) linearize.Outcome {
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return linearize.Refused{Code: "connection refused"}
+	if errors.Is(err, client.ErrNotSent) {
+		return linearize.Refused{Code: "not sent: connection refused"}
 	}
 	return out
 }

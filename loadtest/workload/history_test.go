@@ -26,7 +26,7 @@ func TestRefusedConnectionHadNoEffect(t *testing.T) {
 	r := a.Purchase(context.Background(), client.PurchaseReq{ItemID: 1, Quantity: 1, Key: "k"})
 	require.Equal(t, 0, r.Status)
 	unknown := linearize.PurchaseOutcome(r.Status, r.Code, 0)
-	assert.Equal(t, linearize.Refused{Code: "connection refused"}, outcomeOf(r.Err, unknown))
+	assert.Equal(t, linearize.Refused{Code: "not sent: connection refused"}, outcomeOf(r.Err, unknown))
 
 	broken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -37,7 +37,8 @@ func TestRefusedConnectionHadNoEffect(t *testing.T) {
 			if err != nil {
 				return
 			}
-			_ = c.Close() // the server dies with the request
+			_, _ = c.Read(make([]byte, 4096)) // the request reached it
+			_ = c.Close()                     // and the server died with it
 		}
 	}()
 	b := &client.API{Base: "http://" + broken.Addr().String(), HC: &http.Client{Timeout: time.Second}}
