@@ -52,6 +52,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -113,6 +114,7 @@ type Client struct {
 	process     string        // this Client's process id, named by its WithTakeover owners (takeover.go)
 	processTTL  time.Duration // Options.ProcessTTL
 	hb          heartbeat     // renews the process key (heartbeat.go)
+	lastDeath   atomic.Int64  // unix ns: when a takeover check last found a dead process (takeover.go)
 }
 
 // New returns a Client over rdb (a *redis.Client, *redis.ClusterClient, *redis.Ring or any

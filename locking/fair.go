@@ -75,7 +75,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 	k := c.keysFor(key)
 	fk := k.fair()
 	owner := c.ownerFor(cfg.takeover)
-	tk := c.newTakeover(cfg.takeover && cfg.wait != 0)
+	tk := c.newTakeover(cfg.takeover, cfg.wait != 0)
 	try := "0"
 	if cfg.wait == 0 {
 		try = "1"

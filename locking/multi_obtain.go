@@ -100,7 +100,7 @@ func (c *Client) obtainMany(ctx context.Context, kfs []KeyFloor, wait bool, opts
 		if limit > 0 {
 			limit = max(time.Until(deadline), 0) // past the deadline: one last attempt
 		}
-		token, sent, err := c.obtainKey(wctx, k, m.owner, floors[i], limit, c.newTakeover(cfg.takeover && limit != 0))
+		token, sent, err := c.obtainKey(wctx, k, m.owner, floors[i], limit, c.newTakeover(cfg.takeover && limit != 0, true))
 		if err != nil {
 			if lost := m.giveUp(ctx); lost != nil && errors.Is(err, ErrNotObtained) {
 				return nil, errors.Join(ErrNotObtained, lost) // the loss ended the wait

@@ -48,7 +48,7 @@ func (c *Client) obtain(ctx context.Context, key string, wait bool, opts []Obtai
 	}
 	k := c.keysFor(key)
 	owner := c.ownerFor(cfg.takeover)
-	tk := c.newTakeover(cfg.takeover && cfg.wait != 0)
+	tk := c.newTakeover(cfg.takeover && cfg.wait != 0, true) // a try runs acquire.lua: no takeover
 	start := time.Now()
 	var short shortfall
 	waiting := false // an attempt found the lock taken and recorded this Obtain as waiting

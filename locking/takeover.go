@@ -80,12 +80,21 @@ type takeover struct {
 	next  time.Time // when the blockers are read next
 }
 
-// newTakeover returns the takeover state of an Obtain that asked for it, or nil.
-func (c *Client) newTakeover(on bool) *takeover {
+// newTakeover returns the takeover state of an Obtain that asked for it, or nil. A waiting
+// Obtain checks once it has waited (failed); one that does not wait (TryObtainFair) checks
+// before its one attempt, and only while this Client knows of a recent death (sawDeath): a
+// coalesced hold's tries of its carts' other locks then take over too.
+func (c *Client) newTakeover(on, wait bool) *takeover {
 	if !on {
 		return nil
 	}
-	return &takeover{c: c}
+	if wait {
+		return &takeover{c: c}
+	}
+	if now := time.Now(); c.sawDeath(now) {
+		return &takeover{c: c, since: now, next: now}
+	}
+	return nil
 }
 
 // failed notes an attempt that found the lock taken and returns how long at most to sleep:
@@ -97,6 +106,12 @@ func (t *takeover) failed(hint time.Duration) time.Duration {
 	now := time.Now()
 	if t.since.IsZero() {
 		t.since, t.next = now, now.Add(t.c.processTTL)
+		if t.c.sawDeath(now) {
+			// A check of this Client found a dead process within the last lease: its other
+			// locks may block this waiter too (the next key of a cart, a queue place), and
+			// waiting one ProcessTTL first would add a second to each of them.
+			t.next = now
+		}
 	}
 	d := max(t.next.Sub(now), time.Millisecond)
 	if hint <= 0 || d < hint {
@@ -165,6 +180,7 @@ func (t *takeover) deadOf(ctx context.Context, owners []string) []string {
 		}
 		if !live {
 			dead = append(dead, o)
+			t.c.lastDeath.Store(time.Now().UnixNano())
 		}
 	}
 	return dead
@@ -173,3 +189,10 @@ func (t *takeover) deadOf(ctx context.Context, owners []string) []string {
 // deadQueueScan is how many owners at the head of a fair queue a takeover check reads: the
 // waiters of a process that died are evicted in one check, up to this many.
 const deadQueueScan = 16
+
+// sawDeath reports whether a takeover check of c found a dead process less than a lease before
+// now: until the lease ends, that process's locks may still be in Redis.
+func (c *Client) sawDeath(now time.Time) bool {
+	at := c.lastDeath.Load()
+	return at != 0 && now.Sub(time.Unix(0, at)) < c.lease
+}

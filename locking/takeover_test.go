@@ -262,3 +262,26 @@ func TestSemaphoreTakesBackDeadPermits(t *testing.T) {
 	assert.Equal(t, int64(1), n, "both dead permits gone, one taken")
 	require.NoError(t, p.Release(ctx))
 }
+
+// Once a check found a process dead, this Client's other takeover Obtains check at their first
+// failed attempt (the dead process's other locks: a cart's next key), and TryObtainFair checks
+// before its one attempt, instead of first waiting one ProcessTTL each.
+func TestKnownDeathTakesOverAtOnce(t *testing.T) {
+	c := newClient(t, nil, takeoverOpts(time.Minute))
+	ctx := ctxT(t, 30*time.Second)
+	a, b, d := uniqueKey(t), uniqueKey(t), uniqueKey(t)
+	for _, k := range []string{a, b, d} {
+		deadOwner(t, c, k)
+	}
+	l, err := c.ObtainFair(ctx, a, WithTakeover(), WithWait(20*time.Second))
+	require.NoError(t, err, "the first takeover waits one ProcessTTL, then checks")
+	require.NoError(t, l.Release(ctx))
+	require.True(t, c.sawDeath(time.Now()))
+
+	l, err = c.ObtainFair(ctx, b, WithTakeover(), WithWait(c.processTTL/2))
+	require.NoError(t, err, "a known death: checked at the first failed attempt")
+	require.NoError(t, l.Release(ctx))
+	l, err = c.TryObtainFair(ctx, d, WithTakeover())
+	require.NoError(t, err, "a known death: a try checks before its attempt")
+	require.NoError(t, l.Release(ctx))
+}
