@@ -1,0 +1,108 @@
+//go:build !nodemo
+
+package lab_test
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/browsertest"
+)
+
+// killSentence is how the timeline tells a kill: "i1 killed (kill -9) at +0.21 s holding item
+// 4's lock, token 7, its lease running to +10.20 s; i0 took it over with token 8 at +1.30 s,
+// 1.09 s after the kill, before that lease's end (...); next sale at +1.52 s: a gap of 1.31 s".
+var killSentence = regexp.MustCompile(`^i\d killed \(kill -9\) at \+[\d.]+ s holding item (\d+)'s lock, token (\d+), its lease running to \+[\d.]+ s; ` +
+	`i\d took it (over )?with token (\d+) at \+[\d.]+ s, ([\d.]+) s after the kill, (before that lease's end|when the dead holder's lease ran out).*; ` +
+	`next sale at \+[\d.]+ s: a gap of ([\d.]+) s$`)
+
+// TestLabInBrowserKill drives the kill lesson in Chromium against `--demo --instances 3`: the
+// lesson's lease (10 s, the form's default) starts the instances again; lock+guard on one item
+// and lock on the next at once, both holders killed with SIGKILL as soon as both hold. The
+// timeline tells lock+guard's lock taken over before the dead holder's lease ended, within
+// 3 s of the kill (the sales gap too), and lock's taken when that lease ran out, at least two
+// thirds of a lease after the kill (the holder renews every third); it draws the kill, the
+// dead holder's lease and both gaps; nothing is oversold; at 390 px the page does not scroll
+// sideways. With -update it writes docs/lab-timeline-kill.png.
+func TestLabInBrowserKill(t *testing.T) {
+	s, items := startLab(t, 3)
+	ctx := browsertest.Start(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('takeover-verdict').innerText + '\n' +
+				document.getElementById('timeline-summary').innerText + '\n' + document.getElementById('log').innerText`))
+			t.Logf("the verdicts, the timeline's words and the log:\n%s", text)
+		}
+	})
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`)),
+		chromedp.SetValue(chromedp.ID("buyers"), "6"),
+		chromedp.SetValue(chromedp.ID("work"), "200"),
+		chromedp.SetValue(chromedp.ID("item"), strconv.FormatInt(items[0], 10)),
+		chromedp.Focus(chromedp.ID("takeover-run")),
+		chromedp.KeyEvent("\r"),
+		browsertest.Void(chromedp.Poll[bool](`document.body.dataset.takeoverRuns === "1"`, chromedp.WithPollingTimeout(120*time.Second))),
+	))
+	verdicts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#takeover-verdict li')].map((li) => li.textContent)`))
+	require.NoError(t, err)
+	require.Len(t, verdicts, 2, "a verdict for each strategy")
+	assert.Regexp(t, `^SAFE · lock\+guard, 6 buyers`, verdicts[0])
+	for _, v := range verdicts {
+		assert.Contains(t, v, "oversold 0", v)
+		assert.Contains(t, v, "started again", v)
+	}
+	lease, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("instances")))
+	require.NoError(t, err)
+	assert.Contains(t, lease, "lease 10 s", "the instances run with the lesson's lease")
+
+	sentences := said(t, ctx, "kill")
+	require.Len(t, sentences, 2, "one kill told for each item: %q", sentences)
+	byItem := map[string][]string{}
+	for _, sn := range sentences {
+		m := killSentence.FindStringSubmatch(sn)
+		require.NotNil(t, m, "%q", sn)
+		byItem[m[1]] = m
+		tok, _ := strconv.ParseInt(m[2], 10, 64)
+		next, _ := strconv.ParseInt(m[4], 10, 64)
+		assert.Greater(t, next, tok, "the next holder's token is newer: %s", sn)
+	}
+	guarded, plain := byItem[strconv.FormatInt(items[0], 10)], byItem[strconv.FormatInt(items[1], 10)]
+	require.NotNil(t, guarded, "lock+guard's item: %q", sentences)
+	require.NotNil(t, plain, "lock's item: %q", sentences)
+	took, _ := strconv.ParseFloat(guarded[5], 64)
+	gap, _ := strconv.ParseFloat(guarded[7], 64)
+	assert.Equal(t, "over ", guarded[3], guarded[0])
+	assert.Equal(t, "before that lease's end", guarded[6], guarded[0])
+	assert.Less(t, took, 3.0, "lock+guard takes the dead holder's lock over within about a second: %s", guarded[0])
+	assert.Less(t, gap, 3.0, guarded[0])
+	plainTook, _ := strconv.ParseFloat(plain[5], 64)
+	plainGap, _ := strconv.ParseFloat(plain[7], 64)
+	assert.Empty(t, plain[3], plain[0])
+	assert.Equal(t, "when the dead holder's lease ran out", plain[6], plain[0])
+	assert.GreaterOrEqual(t, plainTook, 10*2.0/3-0.1, "lock waits out what was left of the 10 s lease: %s", plain[0])
+	assert.GreaterOrEqual(t, plainGap, plainTook, plain[0])
+	t.Logf("lease 10 s, kill -9 of the holders: lock+guard took over %.2f s after the kill (gap %.2f s); lock %.2f s (gap %.2f s)", took, gap, plainTook, plainGap)
+
+	assert.Positive(t, count(t, ctx, `.tl-kill`), "the kill is drawn")
+	assert.Positive(t, count(t, ctx, `.tl-dead-lease`), "the dead holder's lease is drawn")
+	assert.Equal(t, 1, count(t, ctx, `.tl-gap[data-takeover="true"]`), "lock+guard's gap")
+	assert.Equal(t, 1, count(t, ctx, `.tl-gap[data-takeover="false"]`), "lock's gap")
+	if *update {
+		sectionShot(t, ctx, "../docs/lab-timeline-kill.png")
+	}
+
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile),
+		browsertest.Void(chromedp.Poll[bool](`document.documentElement.clientWidth === 390`)),
+	))
+	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth, document.documentElement.clientWidth]`))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, widths[0], widths[1], "scrollWidth <= clientWidth at 390 px")
+}
