@@ -3,8 +3,10 @@
 package lab_test
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +24,8 @@ var killSentence = regexp.MustCompile(`^i\d killed \(kill -9\) at \+[\d.]+ s hol
 	`i\d took it (over )?with token (\d+) at \+[\d.]+ s, ([\d.]+) s after the kill, (before that lease's end|when the dead holder's lease ran out).*; ` +
 	`next sale at \+[\d.]+ s: a gap of ([\d.]+) s$`)
 
-// TestLabInBrowserKill drives the kill lesson in Chromium against `--demo --instances 3`: the
-// lesson's lease (10 s, the form's default) starts the instances again; lock+guard on one item
+// TestLabInBrowserKill drives the kill lesson in Chromium against `--demo --instances 3`: a run
+// with the form's lease set to 10 s starts the instances again with it; lock+guard on one item
 // and lock on the next at once, both holders killed with SIGKILL as soon as both hold. The
 // timeline tells lock+guard's lock taken over before the dead holder's lease ended, within
 // 3 s of the kill (the sales gap too), and lock's taken when that lease ran out, at least two
@@ -40,27 +42,48 @@ func TestLabInBrowserKill(t *testing.T) {
 			t.Logf("the verdicts, the timeline's words and the log:\n%s", text)
 		}
 	})
+	// The main form's lease field first: a run with a 10 s lease starts the instances again
+	// with it (their Redis connections dialled by this run, not by the lesson's burst: on a
+	// loaded machine a burst of fresh processes can time its first dials out).
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(s.url+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`)),
-		chromedp.SetValue(chromedp.ID("buyers"), "6"),
-		chromedp.SetValue(chromedp.ID("work"), "200"),
-		chromedp.SetValue(chromedp.ID("item"), strconv.FormatInt(items[0], 10)),
-		chromedp.Focus(chromedp.ID("takeover-run")),
-		chromedp.KeyEvent("\r"),
-		browsertest.Void(chromedp.Poll[bool](`document.body.dataset.takeoverRuns === "1"`, chromedp.WithPollingTimeout(120*time.Second))),
+		chromedp.SetValue(chromedp.ID("lease"), "10"),
 	))
-	verdicts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#takeover-verdict li')].map((li) => li.textContent)`))
+	verdict, err := labForm(ctx, 1, "lock+guard", 6, 20, items[2], "")
 	require.NoError(t, err)
+	assert.Regexp(t, `^SAFE`, verdict)
+	lease, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("instances")))
+	require.NoError(t, err)
+	assert.Contains(t, lease, "lease 10 s", "the instances run with the form's lease")
+
+	// The lesson. It is run again (once) only when no holder was killed: a burst whose every
+	// buyer was refused before taking a lock (Redis calls timed out on a loaded machine).
+	var verdicts []string
+	for n := 1; n <= 2; n++ {
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.ID("buyers"), "6"),
+			chromedp.SetValue(chromedp.ID("work"), "200"),
+			chromedp.SetValue(chromedp.ID("item"), strconv.FormatInt(items[0], 10)),
+			chromedp.Focus(chromedp.ID("takeover-run")),
+			chromedp.KeyEvent("\r"),
+			browsertest.Void(chromedp.Poll[bool](fmt.Sprintf(`document.body.dataset.takeoverRuns === "%d"`, n), chromedp.WithPollingTimeout(120*time.Second))),
+		))
+		verdicts, err = chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#takeover-verdict li')].map((li) => li.textContent)`))
+		require.NoError(t, err)
+		if len(verdicts) != 2 || !strings.Contains(verdicts[0], "started again") {
+			all, _ := chromedp.Run(ctx, chromedp.Text(chromedp.ID("takeover-verdict")))
+			t.Logf("kill lesson %d killed no holder: %s", n, all)
+			continue
+		}
+		break
+	}
 	require.Len(t, verdicts, 2, "a verdict for each strategy")
 	assert.Regexp(t, `^SAFE · lock\+guard, 6 buyers`, verdicts[0])
 	for _, v := range verdicts {
 		assert.Contains(t, v, "oversold 0", v)
 		assert.Contains(t, v, "started again", v)
 	}
-	lease, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("instances")))
-	require.NoError(t, err)
-	assert.Contains(t, lease, "lease 10 s", "the instances run with the lesson's lease")
 
 	sentences := said(t, ctx, "kill")
 	require.Len(t, sentences, 2, "one kill told for each item: %q", sentences)

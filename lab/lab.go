@@ -145,8 +145,8 @@ type labInfo struct {
 	// when it is not.
 	Pause     bool   `json:"pause"`
 	PauseNote string `json:"pause_note"`
-	// TokenRequired: run, pause and reset need "Authorization: Bearer <admin token>" (a
-	// demo that listens beyond loopback).
+	// TokenRequired: the lab's routes that act (run, carts, pause, kill, lease, takeover,
+	// reset) need "Authorization: Bearer <admin token>" (a demo that listens beyond loopback).
 	TokenRequired bool `json:"token_required"`
 }
 

@@ -40,8 +40,8 @@ type SupervisorConfig struct {
 	Args       []string
 	Env        []string
 	// AdminToken is the instances' admin token; with RequireToken (a supervisor listening
-	// beyond loopback) the lab's run, pause and reset, and the instances' lab routes and
-	// profiles under /i/, take it.
+	// beyond loopback) the lab's routes that act (run, carts, pause, kill, lease, takeover),
+	// and the instances' lab routes and profiles under /i/, take it.
 	AdminToken   string
 	RequireToken bool
 	// Instances is how many storefront processes to start (at least one).
@@ -69,7 +69,7 @@ type SupervisorConfig struct {
 //
 //	GET  /, /static/*               the lab page
 //	GET  /api/lab                   the instances, the lease, and that Pause is offered
-//	POST /api/lab/run, /api/lab/carts, /api/lab/pause
+//	POST /api/lab/run, /api/lab/carts, /api/lab/pause, /api/lab/kill, /api/lab/lease, /api/lab/takeover
 //	ANY  /i/:index/*path            instance index's API (e.g. /i/0/api/events)
 //	GET  /healthz
 //	GET  /readyz                    200 when every instance answers its own /readyz with 200,
