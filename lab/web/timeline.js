@@ -396,7 +396,8 @@ export function draw(m, to, { box, labels, summary }) {
     if (k.next) {
       const nr = rows.find((q) => q.inst === k.next.inst && q.item === k.next.item && q.lock === k.next.lock);
       const ny = nr.y + k.next.lane * laneH + barY;
-      svg.append(el('text', { x: x(k.next.start) + 3, y: ny - 3, class: 'tl-note' }, k.takeover ? 'took over' : 'after the lease'));
+      // Left of the next bar, on its line: above it are its writes' words.
+      svg.append(el('text', { x: x(k.next.start) - 4, y: ny + barH - 3, class: 'tl-note tl-end' }, k.takeover ? 'took over' : 'after the lease'));
     }
   }
   for (const o of m.overlaps) {
