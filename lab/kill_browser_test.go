@@ -129,3 +129,86 @@ func TestLabInBrowserKill(t *testing.T) {
 	require.NoError(t, err)
 	assert.LessOrEqual(t, widths[0], widths[1], "scrollWidth <= clientWidth at 390 px")
 }
+
+// The timeline's arithmetic of a kill on a written history (no run, no timing): two items'
+// holders in one process killed at one instant; on item 1 (lock+guard) a waiter takes the lock
+// over 1.10 s later, before the dead holder's lease (renewed at +3 s, 10 s) ends; on item 2
+// (lock) the next holder comes when that lease ran out. The dead holds and the killed
+// process's open wait end at the kill; the instance started again (same index) holds item 1
+// later, its bar untouched. Cut at the replay's instant before anyone took over, the words say
+// so.
+func TestTimelineKillInBrowser(t *testing.T) {
+	e := newEnv(t, envOptions{lease: 2 * time.Second, lockWait: 2 * time.Second})
+	ctx := browsertest.Start(t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`body[data-ready="true"]`))))
+	type killCase struct {
+		Said     []string           `json:"said"`
+		Stops    map[string]float64 `json:"stops"`
+		Waits    []float64          `json:"waits"`
+		Overlaps int                `json:"overlaps"`
+		Marks    []int              `json:"marks"` // drawn: kill lines, dead leases, gaps
+		Gaps     []string           `json:"gaps"`  // data-gap-ms
+	}
+	run := func(T float64) killCase {
+		t.Helper()
+		js := fmt.Sprintf(`import('/static/timeline.js').then((tl) => {
+			const ev = (t, inst, kind, more = {}) => ({ t, inst, kind, ...more });
+			const events = [
+				ev(1000, 0, 'acquire', { item: 1, token: 1, lease_ms: 10000 }),
+				ev(1000, 0, 'acquire', { item: 2, token: 1, lease_ms: 10000 }),
+				ev(1010, 1, 'wait', { item: 1, strategy: 'lock+guard' }),
+				ev(1010, 2, 'wait', { item: 2, strategy: 'lock' }),
+				ev(2000, 0, 'wait', { item: 2, strategy: 'lock' }),
+				ev(4000, 0, 'renew', { item: 1, token: 1, lease_ms: 10000 }),
+				ev(4000, 0, 'renew', { item: 2, token: 1, lease_ms: 10000 }),
+				ev(6100, 1, 'wait_end', { item: 1, strategy: 'lock+guard' }),
+				ev(6100, 1, 'acquire', { item: 1, token: 2, lease_ms: 10000 }),
+				ev(6300, 1, 'order', { item: 1, token: 2, strategy: 'lock+guard' }),
+				ev(6400, 1, 'release', { item: 1, token: 2 }),
+				ev(7000, 0, 'acquire', { item: 1, token: 3, lease_ms: 10000 }),
+				ev(7200, 0, 'release', { item: 1, token: 3 }),
+				ev(14020, 2, 'wait_end', { item: 2, strategy: 'lock' }),
+				ev(14020, 2, 'acquire', { item: 2, token: 2, lease_ms: 10000 }),
+				ev(14200, 2, 'order', { item: 2, token: 2, strategy: 'lock' }),
+				ev(14300, 2, 'release', { item: 2, token: 2 }),
+			];
+			const kills = [{ inst: 0, item: 1, token: 1, at: 5000 }, { inst: 0, item: 2, token: 1, at: 5000 }];
+			const m = tl.model(events, 1000, %v, 10000, [], kills);
+			const box = document.getElementById('timeline-box');
+			tl.draw(m, 15000, { box, labels: document.getElementById('timeline-labels'), summary: document.getElementById('timeline-summary') });
+			const n = (css) => box.querySelectorAll(css).length;
+			return {
+				said: tl.sentences(m).map((s) => s.text),
+				stops: Object.fromEntries(m.holds.map((h) => [h.inst + '/' + h.item + '/' + h.token, h.stop])),
+				waits: m.waits.filter((w) => w.inst === 0).map((w) => w.stop),
+				overlaps: m.overlaps.length,
+				marks: [n('.tl-kill'), n('.tl-dead-lease'), n('.tl-gap')],
+				gaps: [...box.querySelectorAll('.tl-gap')].map((g) => g.dataset.gapMs),
+			};
+		})`, T)
+		out, err := chromedp.Run(ctx, chromedp.Evaluate[killCase](js, chromedp.EvalAwaitPromise))
+		require.NoError(t, err)
+		return out
+	}
+
+	all := run(15000)
+	assert.Equal(t, map[string]float64{"0/1/1": 5000, "0/2/1": 5000, "1/1/2": 6400, "0/1/3": 7200, "2/2/2": 14300}, all.Stops,
+		"the dead holds end at the kill; the instance started again holds later, untouched")
+	assert.Equal(t, []float64{5000}, all.Waits, "the killed process's wait ends at the kill")
+	assert.Zero(t, all.Overlaps, "a dead holder overlaps no one")
+	assert.Equal(t, []string{
+		"i0 killed (kill -9) at +4.00 s holding item 1's lock, token 1, its lease running to +13.00 s; i1 took it over with token 2 at +5.10 s, " +
+			"1.10 s after the kill, before that lease's end (the dead process's key was gone); next sale at +5.30 s: a gap of 1.30 s",
+		"i0 killed (kill -9) at +4.00 s holding item 2's lock, token 1, its lease running to +13.00 s; i2 took it with token 2 at +13.02 s, " +
+			"9.02 s after the kill, when the dead holder's lease ran out; next sale at +13.20 s: a gap of 9.20 s",
+	}, all.Said)
+	assert.Equal(t, []int{2, 2, 2}, all.Marks, "a kill line on each of i0's two rows, each dead lease, each gap")
+	assert.Equal(t, []string{"1300", "9200"}, all.Gaps)
+
+	cut := run(5500)
+	assert.Equal(t, []string{
+		"i0 killed (kill -9) at +4.00 s holding item 1's lock, token 1, its lease running to +13.00 s; no one has taken the lock since (0.50 s); no sale since",
+		"i0 killed (kill -9) at +4.00 s holding item 2's lock, token 1, its lease running to +13.00 s; no one has taken the lock since (0.50 s); no sale since",
+	}, cut.Said)
+	assert.Equal(t, []string{"500", "500"}, cut.Gaps, "the gap so far")
+}
