@@ -372,10 +372,12 @@ export function draw(m, to, { box, labels, summary }) {
     svg.append(titled(el('rect', { x: x(s.from), y: sy, width: Math.max(2, x(s.to) - x(s.from)), height: 5, class: 'tl-stall' }), `i${s.inst} stalled`));
     svg.append(el('text', { x: x(s.from) + 3, y: sy + 13, class: 'tl-note' }, 'stall'));
   }
+  const lined = new Set(); // one process killed holding two items: one line on each of its rows
   for (const k of m.kills) {
-    for (const r of rows.filter((q) => q.inst === k.inst)) {
+    for (const r of rows.filter((q) => q.inst === k.inst && !lined.has(`${k.inst}|${k.at}`))) {
       svg.append(titled(el('line', { x1: x(k.at), x2: x(k.at), y1: r.y, y2: r.y + r.lanes * laneH, class: 'tl-kill' }), `i${k.inst} killed (kill -9)`));
     }
+    lined.add(`${k.inst}|${k.at}`);
     if (!k.hold) continue;
     const h = k.hold;
     const r = rows.find((q) => q.inst === h.inst && q.item === h.item && q.lock === h.lock);
