@@ -3,9 +3,11 @@
 package lab_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,4 +107,45 @@ func TestLabKillRestarts(t *testing.T) {
 	still, lease := labInstances(t, s)
 	assert.Equal(t, relaunched, still, "nothing killed or started again")
 	assert.Equal(t, 3000.0, lease)
+
+	// An instance that dies on its own within 5 s of its start is not started again (it
+	// would be, forever): the supervisor gives up, with the reason.
+	require.NoError(t, s.sup.SetLease(context.Background(), 2*time.Second))
+	fresh, _ := labInstances(t, s)
+	require.NoError(t, syscall.Kill(fresh[1], syscall.SIGKILL))
+	require.Eventually(t, func() bool { return s.ctx.Err() != nil }, 10*time.Second, 10*time.Millisecond, "the supervisor gives up")
+	assert.ErrorContains(t, context.Cause(s.ctx), "lab instance 1 exited")
+	assert.ErrorContains(t, context.Cause(s.ctx), "(not restarted)")
+}
+
+// Without --instances the lab cannot kill a holder or change its lease (a process cannot
+// start itself again): 409, in the one error shape, and nothing sold; the kill lesson's fields
+// are checked first.
+func TestLabKillNeedsInstances(t *testing.T) {
+	e := newEnv(t, envOptions{lease: 2 * time.Second, lockWait: 2 * time.Second})
+	id := resetLab(t, e)[0]
+	for _, tt := range []struct{ path, body, code string }{
+		{"/api/lab/kill", `{"item":` + id + `}`, "kill_unsupported"},
+		{"/api/lab/lease", `{"lease_ms":10000}`, "lease_unsupported"},
+		{"/api/lab/takeover", `{"items":[` + id + `,` + id + `1],"buyers":2,"work_ms":0,"quantity":1}`, "kill_unsupported"},
+		{"/api/lab/run", `{"strategy":"lock+guard","buyers":2,"work_ms":0,"quantity":1,"item":` + id + `,"fault":"kill"}`, "kill_unsupported"},
+	} {
+		a := e.do("POST", tt.path, tt.body)
+		assert.Equal(t, http.StatusConflict, a.status, "%s: %s", tt.path, a.body)
+		assert.Equal(t, tt.code, a.errorCode(), "%s: %s", tt.path, a.body)
+	}
+	for _, tt := range []struct{ path, body, want string }{
+		{"/api/lab/kill", `{"item":0}`, "item must be a positive item id, got 0"},
+		{"/api/lab/lease", `{"lease_ms":60000}`, "lease_ms must be an integer from 1000 to 30000, got 60000"},
+		{"/api/lab/takeover", `{"items":[` + id + `],"buyers":2,"work_ms":0,"quantity":1}`, "items must be two different item ids"},
+		{"/api/lab/takeover", `{"items":[` + id + `,` + id + `],"buyers":2,"work_ms":0,"quantity":1}`, "items must be two different item ids"},
+		{"/api/lab/takeover", `{"items":[` + id + `,` + id + `1],"buyers":0,"work_ms":0,"quantity":1}`, "buyers must be an integer from 1 to 200, got 0"},
+	} {
+		a := e.do("POST", tt.path, tt.body)
+		assert.Equal(t, http.StatusBadRequest, a.status, "%s %s: %s", tt.path, tt.body, a.body)
+		assert.Contains(t, string(a.body), tt.want, "%s %s", tt.path, tt.body)
+	}
+	var orders []any
+	decode(t, e.do("GET", "/api/orders", ""), &orders)
+	assert.Empty(t, orders, "nothing sold")
 }
