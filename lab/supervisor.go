@@ -159,8 +159,11 @@ func (s *Supervisor) Start(ctx context.Context, fail context.CancelCauseFunc) er
 	s.out = &lockedWriter{w: s.cfg.Output}
 	for i := range s.cfg.Instances {
 		c := &child{index: i}
-		s.children = append(s.children, c)
-		if err := s.launch(c); err != nil {
+		err := s.launch(c)
+		if cmd, _, _ := c.proc(); cmd != nil { // started: Stop stops it, even when it did not listen
+			s.children = append(s.children, c)
+		}
+		if err != nil {
 			return err
 		}
 	}
