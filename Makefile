@@ -3,13 +3,52 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test deps system-packages vet bench loadtest perf run lab screenshots
+.PHONY: test test-passes test-short testbin deps system-packages vet bench oapigen loadtest perf run lab screenshots
 
-## test: install what the tests need, then vet and run every test under the race detector; then
-## the storefront built without the demo (-tags nodemo: no lab, no demo strategies).
-test: deps vet
-	$(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
-	$(GO) test -tags nodemo -count=1 . ./handlers ./inventory ./models ./locking
+# The run's storefront builds, go test's events and the run's start (git ignores it).
+TESTBIN     ?= $(CURDIR)/.testbin
+# make test fails past this wall time, naming the slowest tests (docs/architecture.md#tests).
+TEST_BUDGET ?= 15m
+TESTTIME     = $(TESTBIN)/testtime
+# The storefront binaries the tests start as processes, built once per run (internal/storefrontbin).
+STOREFRONT_ENV = STOCKGUARD_BIN=$(TESTBIN)/stockguard STOCKGUARD_BIN_LEAKTEST=$(TESTBIN)/stockguard-leaktest \
+	STOCKGUARD_BIN_NODEMO=$(TESTBIN)/stockguard-nodemo
+# gotest NAME,ARGS: one pass of go test (ARGS after -json -count=1), its usual text on stdout, its
+# events in $(TESTBIN)/NAME.json for the slowest-tests summary; the pass fails as go test does.
+gotest = $(STOREFRONT_ENV) $(TESTTIME) run -json $(TESTBIN)/$(1).json -- $(GO) test -json -count=1 $(2)
+
+## test: install what the tests need, vet, build the storefront once, run every test under the
+## race detector, then what the nodemo tag changes (its vet, and the tests written for it); ends
+## with the 15 slowest tests and fails past TEST_BUDGET.
+test:
+	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) && date +%s > $(TESTBIN)/start
+	@$(MAKE) --no-print-directory test-passes; status=$$?; \
+	  $(GO) run ./internal/testtime summary -start $(TESTBIN)/start -budget $(TEST_BUDGET) $(TESTBIN)/*.json || status=1; \
+	  exit $$status
+
+# test-passes: one line per pass of make test. The nodemo tag (no lab, no demo strategies) gets
+# its vet, which builds every package and test without the demo, and the tests written for that
+# build (the root's TestNodemoBuild; handlers, whose test setup the tag changes); locking, models
+# and inventory's tests are the same code in both builds, run once.
+test-passes: deps vet testbin
+	$(call gotest,race,-race -timeout 15m $(TESTARGS) $(PKGS))
+	$(GO) vet -tags nodemo $(PKGS)
+	$(call gotest,nodemo,-tags nodemo -run '^TestNodemoBuild$$' .)
+	$(call gotest,nodemo-handlers,-tags nodemo ./handlers)
+
+# testbin: the storefront as the tests start it (default, -tags leaktest, -tags nodemo) and testtime.
+testbin:
+	@mkdir -p $(TESTBIN)
+	$(GO) build -o $(TESTBIN)/stockguard .
+	$(GO) build -tags leaktest -o $(TESTBIN)/stockguard-leaktest .
+	$(GO) build -tags nodemo -o $(TESTBIN)/stockguard-nodemo .
+	$(GO) build -o $(TESTBIN)/testtime ./internal/testtime
+
+## test-short: the inner loop (aim: 90 s): unit tests and the real-server tests, under the race
+## detector; the multi-process, fault, browser and PostgreSQL-row tests skip, naming their group
+## (internal/testutil).
+test-short:
+	$(GO) test -race -short -count=1 $(TESTARGS) $(PKGS)
 
 ## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
 ## lab's browser test, nginx for the routing test (Debian packages redis-server, postgresql,
@@ -44,6 +83,11 @@ vet:
 ## bench: the lock benchmarks, next to the peer libraries (nested module under bench/).
 bench: deps
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime 3s .
+
+## oapigen: the client generated from handlers/openapi.json by oapi-codegen is current, and
+## drives a running storefront (nested module under tools/oapigen/).
+oapigen: deps
+	cd tools/oapigen && $(GO) test -count=1 ./...
 
 ## loadtest: the self-contained comparison of every strategy across three processes (SQLite;
 ## `make loadtest LOADTEST_ARGS="-db postgres"` for a private PostgreSQL).

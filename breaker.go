@@ -20,9 +20,10 @@ const DefaultRedisCallTimeout = 250 * time.Millisecond
 
 // newBreakers returns the process's Redis circuit breakers (one per node, locking.Breakers),
 // their state exported on reg as the gauge stockguard_redis_breaker_state{node} (0 closed,
-// 1 half-open, 2 open). Transitions are logged by the breakers, one line each.
-func newBreakers(reg prometheus.Registerer, logger *slog.Logger) *locking.Breakers {
-	b := locking.NewBreakers(&locking.BreakerOptions{Logger: logger.With("component", "redis-breaker")})
+// 1 half-open, 2 open). Transitions are logged by the breakers, one line each, and given to
+// onState (nil: none; the breaker.open spans of inventory.BreakerSpans when tracing is on).
+func newBreakers(reg prometheus.Registerer, logger *slog.Logger, onState func(string, locking.BreakerState)) *locking.Breakers {
+	b := locking.NewBreakers(&locking.BreakerOptions{Logger: logger.With("component", "redis-breaker"), OnState: onState})
 	reg.MustRegister(breakerCollector{b})
 	return b
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // TestCartsAcrossOSProcessesNeverDeadlock is inventory's TestCartsAcrossProcessesNeverDeadlock
@@ -29,9 +30,7 @@ import (
 // §5.3, "no cycle of lock waits"). A cycle of waits would end only at the lock wait as 503
 // lock_timeout: every request must be 201, within the lock wait plus its work.
 func TestCartsAcrossOSProcessesNeverDeadlock(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the storefront and runs two of it")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess) // builds the storefront and runs two of it
 	const (
 		carts   = 1000
 		workers = 6 // per storefront

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockguard/stockguard/internal/tracing"
 	"github.com/stockguard/stockguard/models"
 )
 
@@ -86,7 +88,7 @@ func TestComposeFile(t *testing.T) {
 		for k, v := range s.Environment {
 			require.NotNil(t, v, "%s: %s has no value", name, k)
 			env[k] = *v
-			assert.True(t, knownEnv(k), "%s: %s is not a variable stockguard reads", name, k)
+			assert.True(t, knownEnv(k) || slices.Contains(tracingEnv, k), "%s: %s is not a variable stockguard reads", name, k)
 		}
 		// The replicas reach the postgres service as the user, password and database it creates.
 		u, err := url.Parse(env["DATABASE_URL"])
@@ -158,6 +160,52 @@ func assertHealthCheck(t *testing.T, s types.ServiceConfig, want string) {
 	assert.Contains(t, strings.Join(s.HealthCheck.Test, " "), want, s.Name)
 	require.NotNil(t, s.HealthCheck.Interval, s.Name)
 	require.NotNil(t, s.HealthCheck.Timeout, s.Name)
+}
+
+// tracingEnv are the OpenTelemetry variables the storefront reads (internal/tracing).
+var tracingEnv = []string{tracing.EnvEndpoint, tracing.EnvServiceName, tracing.EnvSampler}
+
+// The profile "tracing" adds Jaeger, which the replicas export to once
+// OTEL_EXPORTER_OTLP_ENDPOINT names it; without the endpoint tracing stays off.
+func TestComposeTracingProfile(t *testing.T) {
+	p := loadCompose(t, "ADMIN_TOKEN=compose-test-token")
+	assert.NotContains(t, p.ServiceNames(), "jaeger", "Jaeger runs only with the tracing profile")
+	s, err := p.GetService(storefronts[0])
+	require.NoError(t, err)
+	require.NotNil(t, s.Environment[tracing.EnvEndpoint])
+	assert.Empty(t, *s.Environment[tracing.EnvEndpoint], "tracing is off by default")
+
+	opts, err := cli.NewProjectOptions([]string{"docker-compose.yml"}, cli.WithWorkingDirectory("."),
+		cli.WithEnv([]string{"ADMIN_TOKEN=compose-test-token", "OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4318"}),
+		cli.WithInterpolation(true), cli.WithResolvedPaths(false), cli.WithProfiles([]string{"tracing"}))
+	require.NoError(t, err)
+	p, err = opts.LoadProject(context.Background())
+	require.NoError(t, err)
+	j, err := p.GetService("jaeger")
+	require.NoError(t, err)
+	assert.Equal(t, "jaegertracing/jaeger:2.13.0", j.Image, "the release of the v1.76.0 that tools/jaeger builds")
+	assert.Contains(t, []string(j.Expose), "4318", "OTLP over HTTP")
+	require.Len(t, j.Ports, 1)
+	assert.Equal(t, uint32(16686), j.Ports[0].Target, "the UI and /api/traces")
+	for _, name := range storefronts {
+		s, err := p.GetService(name)
+		require.NoError(t, err)
+		env := func(k string) string {
+			if v := s.Environment[k]; v != nil {
+				return *v
+			}
+			return ""
+		}
+		assert.Equal(t, "http://jaeger:4318", env(tracing.EnvEndpoint), name)
+		tr, err := tracing.FromEnv(env)
+		require.NoError(t, err, "%s: tracing environment rejected", name)
+		require.NotNil(t, tr, "%s: tracing on", name)
+		assert.Equal(t, "stockguard", tr.Service())
+		require.NoError(t, tr.Close())
+	}
+	b, err := os.ReadFile("tools/jaeger/go.mod")
+	require.NoError(t, err)
+	assert.Contains(t, string(b), "github.com/jaegertracing/jaeger v1.76.0", "tools/jaeger builds the version compose runs")
 }
 
 func knownEnv(name string) bool {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/storefrontbin"
 )
 
 const module = "github.com/stockguard/stockguard"
@@ -29,15 +32,16 @@ func TestDependencyPicture(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, "./...").Output()
 	require.NoError(t, err)
 	allowed := map[string][]string{ // package -> project packages it may import directly
-		"":                {"handlers", "inventory", "locking", "models", "internal/redisproc", "lab"}, // the command; lab only from demo.go
-		"handlers":        {"inventory"},
-		"inventory":       {"locking", "models"},
-		"locking":         {},
-		"models":          {},
-		"pitfalls":        {"inventory"},
-		"lab":             {"handlers", "inventory", "locking", "pitfalls", "internal/"},
-		"internal/":       {"internal/"}, // every internal/ package not named below
-		"internal/dbtest": {"internal/", "models"},
+		"":                 {"handlers", "inventory", "locking", "models", "internal/redisproc", "internal/tracing", "lab"}, // the command; lab only from demo.go
+		"handlers":         {"inventory"},
+		"inventory":        {"locking", "models"},
+		"locking":          {},
+		"models":           {},
+		"pitfalls":         {"inventory"},
+		"lab":              {"handlers", "inventory", "locking", "pitfalls", "internal/"},
+		"internal/":        {"internal/"}, // every internal/ package not named below
+		"internal/dbtest":  {"internal/", "models"},
+		"internal/tracing": {}, // the OpenTelemetry SDK and the libraries' instrumentation, nothing of ours
 	}
 	ruled := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -77,6 +81,31 @@ func TestDependencyPicture(t *testing.T) {
 	for _, layer := range loadtestLayers {
 		for _, pkg := range layer {
 			assert.True(t, ruled[pkg], "%s was listed and ruled", pkg)
+		}
+	}
+}
+
+// TestTracingSeams keeps OpenTelemetry where docs/DESIGN.md §2.2 puts it: the SDK, the
+// exporter and the libraries' instrumentation (otelgin, redisotel, otelsql) in
+// internal/tracing only; inventory and the command's logging use the API alone (a tracer
+// handed in, a span from a context), and locking uses none of it (go-redis and the standard
+// library only).
+func TestTracingSeams(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, ".", "./handlers", "./inventory", "./locking", "./models").Output()
+	require.NoError(t, err)
+	api := []string{"go.opentelemetry.io/otel/trace", "go.opentelemetry.io/otel/attribute", "go.opentelemetry.io/otel/codes"}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		rel := cmp.Or(strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/"), "main (the command)")
+		for _, imp := range strings.Fields(imports) {
+			otel := strings.HasPrefix(imp, "go.opentelemetry.io/") || strings.Contains(imp, "otelsql") || strings.Contains(imp, "redisotel")
+			switch {
+			case !otel:
+			case rel == "locking":
+				t.Errorf("locking imports %s: it imports go-redis and the standard library only", imp)
+			case !slices.Contains(api, imp):
+				t.Errorf("%s imports %s: the SDK and the instrumentation live in internal/tracing", rel, imp)
+			}
 		}
 	}
 }
@@ -179,8 +208,8 @@ func TestNodemoBuildLeavesTheDemoOut(t *testing.T) {
 		assert.NotContains(t, without, pkg)
 		assert.Contains(t, with, pkg)
 	}
-	out, err := exec.Command("go", "build", "-tags", "nodemo", "-o", filepath.Join(t.TempDir(), "stockguard"), ".").CombinedOutput()
-	require.NoError(t, err, "go build -tags nodemo .: %s", out)
+	_, err := storefrontbin.Shared(context.Background(), ".", t.TempDir(), "nodemo") // make test's nodemo build when STOCKGUARD_BIN_NODEMO names it
+	require.NoError(t, err)
 }
 
 // deps lists what `go list -deps .` names with the build tags.
@@ -189,4 +218,18 @@ func deps(t *testing.T, tags string) []string {
 	out, err := exec.Command("go", "list", "-tags", tags, "-deps", ".").Output()
 	require.NoError(t, err)
 	return strings.Fields(string(out))
+}
+
+// The root is only the command: at most 8 Go files besides tests, each one part of starting it
+// (the metrics wiring and the leak switch live in handlers).
+func TestRootIsOnlyTheCommand(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	var src []string
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			src = append(src, f)
+		}
+	}
+	assert.LessOrEqual(t, len(src), 8, "the root's Go files besides tests: %v", src)
 }

@@ -17,6 +17,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // goroutines reads go_goroutines from s's /metrics.
@@ -55,33 +59,27 @@ func leakArgs(t *testing.T) []string {
 // purchases, while this test binary's storefront (built without the tag) does not grow with
 // them.
 func TestLeakBuildKeepsAGoroutinePerPurchase(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the storefront")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess) // builds the storefront and runs it
 	const n = 60
 	plain := startServer(t, nil, leakArgs(t)...)
 	grew := leakGrowth(t, plain, n)
 	t.Logf("untagged: go_goroutines grew by %d over %d purchases", grew, n)
 	assert.Less(t, grew, n/2, "the untagged storefront's goroutines do not grow with its purchases")
 
-	leaky := startBinary(t, buildBinary(t, leakTag), leakArgs(t)...)
-	assert.Contains(t, leaky.logs.String(), "built with -tags "+leakTag)
+	leaky := startBinary(t, buildBinary(t, handlers.LeakTag), leakArgs(t)...)
+	assert.Contains(t, leaky.logs.String(), "built with -tags "+handlers.LeakTag)
 	grew = leakGrowth(t, leaky, n)
-	t.Logf("-tags %s: go_goroutines grew by %d over %d purchases", leakTag, grew, n)
+	t.Logf("-tags %s: go_goroutines grew by %d over %d purchases", handlers.LeakTag, grew, n)
 	assert.GreaterOrEqual(t, grew, n-n/10, "one goroutine kept per purchase")
 }
 
 // buildBinary builds the storefront (go build, with tags when given) into a temporary file and
-// returns its path.
+// returns its path, or returns the one make test built for the run (internal/storefrontbin:
+// STOCKGUARD_BIN_LEAKTEST for the leaktest tag).
 func buildBinary(t *testing.T, tags ...string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "stockguard")
-	args := []string{"build", "-o", bin}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
-	}
-	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-	require.NoError(t, err, "go %s: %s", strings.Join(args, " "), out)
+	bin, err := storefrontbin.Shared(context.Background(), ".", t.TempDir(), tags...)
+	require.NoError(t, err)
 	return bin
 }
 
@@ -146,6 +144,6 @@ func TestMetricsExportTheDatabasePool(t *testing.T) {
 	text := metricsText(t, s)
 	for _, name := range []string{"go_sql_open_connections", "go_sql_in_use_connections", "go_sql_idle_connections",
 		"go_sql_max_open_connections", "go_sql_wait_count_total"} {
-		assert.Regexp(t, `(?m)^`+name+`\{db_name="`+dbStatsName+`"\} \d+`, text)
+		assert.Regexp(t, `(?m)^`+name+`\{db_name="`+handlers.DBStatsName+`"\} \d+`, text)
 	}
 }

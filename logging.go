@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // newLogger returns a text logger on w that drops records below level, except the start-up
@@ -33,9 +35,15 @@ func (h levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.level || ctx.Value(alwaysKey{}) != nil
 }
 
-// Handle writes r with its message and string or error attributes on one line (oneLine). A
+// Handle writes r, with the trace_id and span_id of the span in ctx if there is one, and with its message and string or error attributes on one line (oneLine). A
 // record without a line break (nearly all) passes through as it is.
 func (h levelHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		// A line of a traced request or hold: its trace and span, to find it in the tracing
+		// backend (internal/tracing; nothing is in ctx with tracing off).
+		r = r.Clone()
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
 	if !multiLine(r) {
 		return h.Handler.Handle(ctx, r)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/tracing"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 	"github.com/stockguard/stockguard/models"
@@ -86,8 +87,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // then takes them down in reverse order: stop accepting and finish in-flight requests, close
 // the lock client, Redis clients and any Redis it started, and the database.
 func serve(ctx context.Context, cfg config, getenv func(string) string, logger *slog.Logger) error {
+	// Tracing (internal/tracing): nil, and nothing installed below, unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+	tr, err := tracing.FromEnv(getenv)
+	if err != nil {
+		return err
+	} else if tr != nil {
+		notice(logger, "tracing", "service", tr.Service(), "note", "OTLP traces of requests, holds, Redis and SQL (docs/operations.md#tracing)")
+	}
+	defer closeLogged(logger, "tracing", tr.Close) // last: the spans of the shutdown are flushed
 	db, err := models.Open(ctx, cfg.db, models.WithLogger(logger), models.WithMaxOpenConns(cfg.dbPool),
-		models.WithStatementTimeout(cfg.dbStmtTimeout))
+		models.WithStatementTimeout(cfg.dbStmtTimeout), models.WithOpenDB(tr.OpenDB(string(models.BackendOf(cfg.db)))))
 	if err != nil {
 		return err
 	}
@@ -101,16 +110,21 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 	}
 
 	reg := prometheus.NewRegistry()
-	if err := registerDBStats(reg, db); err != nil { // dbstats.go: the pool's go_sql_* metrics
+	if sqlDB, err := db.DB(); err != nil {
+		return fmt.Errorf("database pool metrics: %w", err)
+	} else if err := handlers.RegisterDBStats(reg, sqlDB); err != nil { // the pool's go_sql_* metrics
 		return err
 	}
-	brk := newBreakers(reg, logger) // breaker.go: one per Redis node
+	brk := newBreakers(reg, logger, inventory.BreakerSpans(tr.Tracer())) // breaker.go: one per Redis node
 	defer closeLogged(logger, "redis breakers", brk.Close)
 	rb, err := openRedis(ctx, cfg.redisURLList(), cfg.redisCluster, getenv, logger, brk)
 	if err != nil {
 		return err
 	}
 	defer rb.close()
+	if err := tr.InstrumentRedis(append(rb.nodes, rb.client)...); err != nil {
+		return err
+	}
 
 	metrics := handlers.NewMetrics(reg)
 	held := &inventory.LockSet{}
@@ -184,6 +198,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		Checks:       breakerChecks(rb.checks, cfg.onRedisDown),
 		OnRedisDown:  cfg.onRedisDown,
 		WriteTimeout: cfg.writeTimeout(),
+		Tracer:       tr.Tracer(),
 	}
 	if extra != nil {
 		extra.Inventory(&icfg, lockOpts(inventory.LockKeyPrefix, "locking-stall"))
@@ -193,7 +208,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		return err
 	}
 	defer closeLogged(logger, "inventory workers", svc.Close) // after the requests drained
-	reg.MustRegister(overdueHolds{svc: svc, log: logger})
+	reg.MustRegister(handlers.NewOverdueHolds(svc.OverdueHolds, logger))
 
 	token := cfg.adminToken
 	if token == "" {
@@ -212,11 +227,12 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, logger *
 		// On a non-loopback address the demo's profiles (and the lab's mutating routes,
 		// demo.go) take the admin token.
 		ProfilesNeedAdmin: cfg.exposed(),
+		Trace:             tr.Gin(),
 	}
 	if extra != nil {
 		extra.Handlers(&hcfg, svc)
 	}
-	return listenAndServe(ctx, cfg, leakPurchases(ctx, handlers.New(hcfg), logger), logger) // leak_*.go: none but under -tags leaktest
+	return listenAndServe(ctx, cfg, handlers.LeakPurchases(ctx, handlers.New(hcfg), logger), logger) // none but under -tags leaktest
 }
 
 // demo is what the demo adds to the command; demo.go sets it from init. Built with the nodemo

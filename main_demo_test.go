@@ -34,7 +34,15 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if testing.Verbose() {
+		fmt.Printf("openapi: %d answers checked against the document\n", apiDoc.Checked())
+	}
+	if v := apiDoc.Violations(); len(v) > 0 { // openapi_test.go: also each request's error
+		fmt.Fprintf(os.Stderr, "%d answers broke the OpenAPI document:\n%s\n", len(v), strings.Join(v, "\n"))
+		code = max(code, 1)
+	}
+	os.Exit(code)
 }
 
 // `--demo --instances 1` serves the lab over one storefront child that shares the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/pgproc"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // TestServePostgres runs the real server on a private PostgreSQL (DATABASE_URL) with a real
@@ -20,6 +21,7 @@ import (
 // unavailable in the one JSON error shape and /readyz says so; when it comes back, the same
 // process sells again.
 func TestServePostgres(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	pg, err := pgproc.Start(pgproc.Options{})
 	require.NoError(t, err, "the PostgreSQL backend cannot start")
 	t.Cleanup(pg.Close)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 )
@@ -89,6 +90,7 @@ func TestRedisKindConflict(t *testing.T) {
 // the guard alone: 201 with "degraded": true, counted in /metrics; lock still answers 503; and
 // once Redis is back, purchases take the lock again.
 func TestServeOnRedisDownGuard(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	s := startServer(t, nil, append(baseArgs(t), "--redis", srv.URL(), "--on-redis-down", "guard", "--max-inflight-per-item", "8")...)
 	var rec map[string]any

@@ -25,6 +25,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/pgproc"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 var durationRE = regexp.MustCompile(`\bduration=(\S+)`)
@@ -90,6 +91,7 @@ func signalPostgres(t *testing.T, pid int, sig syscall.Signal) {
 // goroutines and the memory stay bounded, and selling resumes within 5s of the database
 // answering again.
 func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	const maxPurchases, buyers = 64, 2000
 	pg, err := pgproc.Start(pgproc.Options{})
 	require.NoError(t, err, "the PostgreSQL backend cannot start")

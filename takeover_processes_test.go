@@ -23,8 +23,10 @@ import (
 
 	"github.com/stockguard/stockguard/internal/pgproc"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
+	"github.com/stockguard/stockguard/models"
 )
 
 // The sales gap after a kill -9 of the storefront that holds the hot item's lock, with the
@@ -36,9 +38,7 @@ import (
 // sets the kills per case (default 2; docs/measured.md's figures are of 20).
 
 func TestKilledHolderTakenOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process: three storefronts, one killed with SIGKILL")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess)
 	bin := buildBinary(t)
 	kills := envInt("STOCKGUARD_TAKEOVER_KILLS", 2)
 	for _, tc := range []struct {
@@ -54,8 +54,44 @@ func TestKilledHolderTakenOver(t *testing.T) {
 				assert.Less(t, g, 3*time.Second, "kill %d: the dead holder's lock taken over", i+1)
 			}
 			k.checkStock(t)
+			k.checkFenceOrder(t)
 		})
 	}
+	t.Run("frozen holder", func(t *testing.T) {
+		// SIGSTOP for 5s mid-hold, then SIGCONT: the waiters take the lock over after about 1s,
+		// and the frozen holder's write, if it comes, is refused by the fence or commits before
+		// the newer token's first write; never after it. Inside its transaction the frozen
+		// holder also holds SQLite's write lock, which the others wait for until their busy
+		// timeout (--db-statement-timeout, 5s): that gap is the database's, not the lock's.
+		k := startKillRun(t, bin, false, inventory.StrategyLockGuard)
+		gaps := k.runWith(t, kills, false, k.freezeHolder(5*time.Second))
+		t.Logf("frozen holder: sales gaps after SIGSTOP (5s) of the holder: %v", gaps)
+		k.checkStock(t)
+		k.checkFenceOrder(t)
+	})
+	t.Run("clean shutdown", func(t *testing.T) {
+		// SIGTERM: the holder finishes its hold, gives every lock back, and the next holder,
+		// woken by the release message, sells at once.
+		k := startKillRun(t, bin, false, inventory.StrategyLockGuard)
+		gaps := k.runWith(t, kills, false, func(t *testing.T) (int, time.Time) {
+			victim, at := k.holder(t, false) // frozen while it holds the lock, then terminated
+			p := k.procs[victim]
+			p.dead.Store(true)
+			require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+			<-p.exited
+			np := startKillable(t, k.bin, k.env, k.args)
+			k.mu.Lock()
+			k.procs[victim] = np
+			k.mu.Unlock()
+			return victim, at
+		})
+		t.Logf("clean shutdown: sales gaps after SIGTERM of the holder: %v", gaps)
+		for i, g := range gaps {
+			assert.Less(t, g, 3*time.Second, "shutdown %d: the locks were given back", i+1)
+		}
+		k.checkStock(t)
+	})
 	t.Run("lock waits out the lease", func(t *testing.T) {
 		const lease = 4 * time.Second
 		k := startKillRun(t, bin, false, inventory.StrategyLock, "--lock-lease", lease.String(), "--lock-wait", "10s")
@@ -122,12 +158,42 @@ func startKillRun(t *testing.T, bin string, postgres bool, strategy string, extr
 // item's holder kills times, restarting it each time; it returns each kill's sales gap: from
 // the kill to the next sale of the hot item answered by a survivor.
 func (k *killRun) run(t *testing.T, kills int, carts bool) []time.Duration {
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { stop(); wg.Wait() }()
-	var next atomic.Int64
+	return k.runWith(t, kills, carts, func(t *testing.T) (int, time.Time) {
+		victim, killed := k.killHolder(t)
+		p := startKillable(t, k.bin, k.env, k.args)
+		k.mu.Lock()
+		old := k.procs[victim]
+		k.procs[victim] = p
+		k.mu.Unlock()
+		old.dead.Store(true)
+		return victim, killed
+	})
+}
+
+// freezeHolder returns a fault for runWith: the holder frozen (SIGSTOP) for d, then resumed.
+func (k *killRun) freezeHolder(d time.Duration) func(t *testing.T) (int, time.Time) {
+	return func(t *testing.T) (int, time.Time) {
+		victim, at := k.holder(t, false)
+		p := k.procs[victim]
+		go func() {
+			time.Sleep(d)
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}()
+		return victim, at
+	}
+}
+
+// runWith sells as run does and applies fault kills times; fault returns its victim and when it
+// struck.
+func (k *killRun) runWith(t *testing.T, kills int, carts bool, fault func(t *testing.T) (int, time.Time)) []time.Duration {
+	var (
+		wg      sync.WaitGroup
+		stopped atomic.Bool // the buyers send no more; the requests in flight complete
+		next    atomic.Int64
+	)
+	defer func() { stopped.Store(true); wg.Wait() }()
 	for w := range 24 {
-		wg.Go(func() { k.buy(ctx, &next, w, carts) })
+		wg.Go(func() { k.buy(&stopped, &next, w, carts) })
 	}
 	waitSales := func(n int) {
 		deadline := time.Now().Add(30 * time.Second)
@@ -148,24 +214,20 @@ func (k *killRun) run(t *testing.T, kills int, carts bool) []time.Duration {
 		before := len(k.sales)
 		k.mu.Unlock()
 		waitSales(before + 200)
-		victim, killed := k.killHolder(t)
-		gap, ok := k.gapAfter(victim, killed, 40*time.Second)
-		require.True(t, ok, "no survivor sold the hot item within 40s of the kill")
+		victim, struck := fault(t)
+		gap, ok := k.gapAfter(victim, struck, 40*time.Second)
+		require.True(t, ok, "no survivor sold the hot item within 40s of the fault")
 		gaps = append(gaps, gap)
-		p := startKillable(t, k.bin, k.env, k.args)
-		k.mu.Lock()
-		k.procs[victim] = p
-		k.mu.Unlock()
 	}
 	return gaps
 }
 
 // buy is one buyer: round-robin over the live storefronts, a purchase of the hot item (or a
 // cart of it and the other item) at a time, recording every 201.
-func (k *killRun) buy(ctx context.Context, next *atomic.Int64, w int, carts bool) {
+func (k *killRun) buy(stopped *atomic.Bool, next *atomic.Int64, w int, carts bool) {
 	client := &http.Client{Timeout: 15 * time.Second}
 	defer client.CloseIdleConnections()
-	for ctx.Err() == nil {
+	for !stopped.Load() {
 		i := int(next.Add(1)) % len(k.procs)
 		k.mu.Lock()
 		p := k.procs[i]
@@ -177,14 +239,12 @@ func (k *killRun) buy(ctx context.Context, next *atomic.Int64, w int, carts bool
 		if carts && w%2 == 0 {
 			path, body = "/api/checkout", fmt.Sprintf(`{"lines":[{"item_id":%d,"quantity":1},{"item_id":%d,"quantity":1}]}`, k.item, k.other)
 		}
-		req, _ := http.NewRequestWithContext(ctx, "POST", p.url+path, strings.NewReader(body))
+		req, _ := http.NewRequest("POST", p.url+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		sent := time.Now()
 		res, err := client.Do(req)
 		if err != nil {
-			if ctx.Err() == nil {
-				k.unknown.Add(int64(units)) // the storefront died with the request: it may have sold
-			}
+			k.unknown.Add(int64(units)) // the storefront died with the request: it may have sold
 			continue
 		}
 		_, _ = io.Copy(io.Discard, res.Body)
@@ -197,10 +257,16 @@ func (k *killRun) buy(ctx context.Context, next *atomic.Int64, w int, carts bool
 	}
 }
 
-// killHolder freezes the storefront whose process holds the hot item's lock and, if it still
-// holds it once frozen, kills it (SIGKILL: nothing released); otherwise it lets it go on and
-// looks again. It returns the victim and when it was killed.
+// killHolder kills the storefront that holds the hot item's lock (holder), with SIGKILL:
+// nothing released. It returns the victim and when it was killed.
 func (k *killRun) killHolder(t *testing.T) (int, time.Time) {
+	return k.holder(t, true)
+}
+
+// holder freezes the storefront whose process holds the hot item's lock and, if it still
+// holds it once frozen, kills it (kill) or leaves it frozen; otherwise it lets it go on and
+// looks again. It returns the victim and when it was frozen or killed.
+func (k *killRun) holder(t *testing.T, kill bool) (int, time.Time) {
 	hash, _ := inventory.LockKeys(inventory.LockKeyPrefix, inventory.ItemLockName(k.item))
 	for range 500 {
 		owners, err := k.rdb.HKeys(context.Background(), hash).Result()
@@ -211,6 +277,9 @@ func (k *killRun) killHolder(t *testing.T) (int, time.Time) {
 				require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
 				still, err := k.rdb.HExists(context.Background(), hash, owners[0]).Result()
 				require.NoError(t, err)
+				if still && !kill {
+					return v, time.Now()
+				}
 				if still {
 					p.dead.Store(true)
 					require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
@@ -300,6 +369,38 @@ func (k *killRun) checkStock(t *testing.T) {
 		assert.Equal(t, st.InitialStock-st.Stock, st.SoldUnits, "every unit taken from stock is sold")
 		assert.GreaterOrEqual(t, st.SoldUnits, answered, "every 201 has its order")
 		assert.LessOrEqual(t, int64(st.SoldUnits), int64(answered)+k.unknown.Load(), "no order without a buyer")
+	}
+}
+
+// checkFenceOrder checks DESIGN §12's fence order on the hot item's order lines: in commit
+// order (the stock left after each line, descending), their fence tokens never go down: once
+// a newer token committed, no older one did.
+func (k *killRun) checkFenceOrder(t *testing.T) {
+	dsn := ""
+	for _, e := range k.env {
+		if v, ok := strings.CutPrefix(e, "DATABASE_URL="); ok {
+			dsn = v
+		}
+	}
+	for i, a := range k.args {
+		if a == "--db" {
+			dsn = k.args[i+1]
+		}
+	}
+	db, err := models.Open(context.Background(), dsn)
+	require.NoError(t, err)
+	sqlDB, err := db.DB()
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	var lines []models.OrderLine
+	require.NoError(t, db.Where("item_id = ?", k.item).Order("remaining DESC").Find(&lines).Error)
+	require.NotEmpty(t, lines)
+	for i := 1; i < len(lines); i++ {
+		if lines[i].FenceToken < lines[i-1].FenceToken {
+			t.Errorf("order line %d (stock left %d) committed with token %d after token %d", lines[i].ID,
+				lines[i].Remaining, lines[i].FenceToken, lines[i-1].FenceToken)
+			return
+		}
 	}
 }
 

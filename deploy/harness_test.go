@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/procutil"
+	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // The harness of the nginx tests: the storefront, nginx and their processes, and requests
@@ -55,14 +57,13 @@ func nginxPath(t *testing.T) string {
 	return ""
 }
 
-// buildStorefront builds the storefront (the module's root package) into dir.
+// buildStorefront builds the storefront (the module's root package) into dir, or returns the
+// one make test built for the run (STOCKGUARD_BIN, internal/storefrontbin).
 func buildStorefront(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "stockguard")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = ".."
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	testutil.SkipShort(t, testutil.MultiProcess)
+	bin, err := storefrontbin.Shared(context.Background(), "..", dir)
+	require.NoError(t, err)
 	return bin
 }
 

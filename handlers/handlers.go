@@ -18,6 +18,8 @@
 //	GET  /debug/pprof/...            --demo only: Go's profiles (net/http/pprof); the admin
 //	                                 token too with Config.ProfilesNeedAdmin
 //	GET  /healthz, /readyz, /metrics
+//	GET  /openapi.json               the OpenAPI document of the routes above that are not
+//	                                 --demo only (openapi.go)
 //
 // An extension (the lock lab of package lab) adds its own routes through Config.Extend, its
 // page through Config.Pages, and acts on single purchases through Config.Intercept; the
@@ -104,6 +106,10 @@ type Config struct {
 	// ProfilesNeedAdmin makes /debug/pprof/ (demo mode) take the admin token, as the admin
 	// routes do: set it when a demo server listens beyond loopback.
 	ProfilesNeedAdmin bool
+	// Trace, when not nil, is the tracing middleware (otelgin's, from the command's tracing
+	// setup): it runs first, so that the request's span is in the context of everything
+	// after it, the access log line and the purchase included. nil: no tracing.
+	Trace gin.HandlerFunc
 }
 
 // ginSetup sets Gin's process-wide settings once: release mode, no debug output.
@@ -123,6 +129,7 @@ type server struct {
 	pages           *Pages
 	bound           gin.HandlerFunc // purchases, checkouts, hold placements and confirmations in flight (shed.go)
 	profilesAdmin   bool
+	trace           gin.HandlerFunc // Config.Trace; nil: none
 }
 
 // New returns the storefront's HTTP handler: a Gin engine in release mode with the routes of
@@ -146,6 +153,7 @@ func New(cfg Config) http.Handler {
 		pages:           cfg.Pages,
 		bound:           purchaseBound(cfg.MaxPurchases),
 		profilesAdmin:   cfg.ProfilesNeedAdmin,
+		trace:           cfg.Trace,
 	}
 	for _, name := range cfg.Service.Strategies() {
 		s.offered[name] = true
@@ -160,11 +168,12 @@ func New(cfg Config) http.Handler {
 }
 
 func (s *server) engine(logger *slog.Logger) *gin.Engine {
-	r := NewEngine(logger)
+	r := newEngine(logger, s.trace)
 	small := limitBody(MaxBodyBytes)
 	r.GET("/healthz", small, s.healthz)
 	r.GET("/readyz", small, s.readyz)
 	r.GET("/metrics", small, s.serveMetrics)
+	r.GET("/openapi.json", small, serveOpenAPI) // openapi.go
 
 	api := r.Group("/api")
 	api.GET("/items", small, s.listItems)
@@ -197,7 +206,10 @@ func (s *server) engine(logger *slog.Logger) *gin.Engine {
 // NewEngine returns a Gin engine in release mode with the storefront's middleware (request
 // id, access log, panic recovery) and its JSON 404 and 405 answers: the base of New's engine,
 // and of another process's that serves next to storefronts (the lab's supervisor).
-func NewEngine(logger *slog.Logger) *gin.Engine {
+func NewEngine(logger *slog.Logger) *gin.Engine { return newEngine(logger, nil) }
+
+// newEngine is NewEngine with trace (when not nil) as the first middleware.
+func newEngine(logger *slog.Logger, trace gin.HandlerFunc) *gin.Engine {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -210,6 +222,9 @@ func NewEngine(logger *slog.Logger) *gin.Engine {
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
 	r.ContextWithFallback = true
+	if trace != nil {
+		r.Use(trace)
+	}
 	r.Use(requestID(logger), accessLog(), recovery())
 	r.NoRoute(func(c *gin.Context) { writeError(c, errRouteNotFound) })
 	r.NoMethod(func(c *gin.Context) { writeError(c, errMethodNotAllowed) })

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 )
@@ -117,6 +118,7 @@ func TestLockTimeoutThroughHTTP(t *testing.T) {
 }
 
 func TestRedisDownThroughHTTP(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	rs := redistest.Start(t)
 	e := newEnv(t, envOptions{redis: rs})
 	require.Equal(t, http.StatusCreated, e.do("POST", "/api/items/1/purchase", `{"quantity":1}`).status)

@@ -23,6 +23,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/apicheck"
 	"github.com/stockguard/stockguard/internal/dbtest"
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/inventory"
@@ -36,9 +37,21 @@ const testToken = "test-admin-token"
 // PostgreSQL server starts on first use.
 var dbs = dbtest.NewSet("handlers.db")
 
+// apiDoc checks every answer of every test server (newEnv) against the OpenAPI document.
+var apiDoc = func() *apicheck.Checker {
+	c, err := apicheck.New(handlers.OpenAPI())
+	if err != nil {
+		panic(err)
+	}
+	return c
+}()
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	dbs.Close()
+	if testing.Verbose() {
+		fmt.Printf("openapi: %d answers checked against the document\n", apiDoc.Checked())
+	}
 	os.Exit(code)
 }
 
@@ -50,7 +63,8 @@ var testCatalogue = []inventory.NewItem{
 	{SKU: "T-3", Name: "one", Stock: 1, PriceCents: 300},
 }
 
-// env is one storefront under test: a real service on a SQLite file, behind httptest.
+// env is one storefront under test: a real service on a SQLite file, behind httptest, every
+// answer on a route of the OpenAPI document checked against it (apiDoc).
 type env struct {
 	t       testing.TB
 	svc     *inventory.Service
@@ -137,7 +151,7 @@ func newEnv(t testing.TB, opts envOptions) *env {
 	if opts.configure != nil {
 		opts.configure(&hcfg)
 	}
-	e.srv = httptest.NewServer(handlers.New(hcfg))
+	e.srv = httptest.NewServer(apicheck.Handler(t, apiDoc, handlers.New(hcfg)))
 	t.Cleanup(e.srv.Close)
 	return e
 }

@@ -19,7 +19,10 @@ const DefaultAdmissionWait = 100 * time.Millisecond
 // hot item sheds load (429 overloaded) instead of queueing thousands of waiters on its lock.
 // It fails with an error wrapping ErrUnavailable when Redis could not be asked; a caller
 // whose ctx ended gets ErrOverloaded joined with ctx's error. The release function gives the
-// permit back (best effort: an unreturned permit expires with its lease).
+// permit back (best effort: an unreturned permit expires with its lease). Permits are taken
+// with locking.WithTakeover: those of a process that died come back about one ProcessTTL (1s)
+// after its death instead of its lease (a permit protects no data, so this is safe whatever the
+// strategy: DESIGN §3.6).
 func NewAdmission(s *locking.Semaphore, wait time.Duration) Admission {
 	if wait <= 0 {
 		wait = DefaultAdmissionWait
@@ -33,7 +36,7 @@ type admission struct {
 }
 
 func (a admission) Acquire(ctx context.Context, itemID int64) (func(), error) {
-	p, err := a.s.Acquire(ctx, ItemLockName(itemID), locking.WithWait(a.wait))
+	p, err := a.s.Acquire(ctx, ItemLockName(itemID), locking.WithWait(a.wait), locking.WithTakeover())
 	switch {
 	case err == nil:
 		return func() { _ = p.Release(context.WithoutCancel(ctx)) }, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 )
@@ -23,6 +24,7 @@ func newAdmission(t *testing.T, srv *redistest.Server, permits int, wait time.Du
 }
 
 func TestAdmissionLimitsInFlight(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	adm := newAdmission(t, srv, 2, 50*time.Millisecond)
 	ctx := context.Background()

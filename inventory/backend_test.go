@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 )
@@ -175,6 +176,7 @@ func TestPostgresDeadlockRetriedOnce(t *testing.T) {
 // had not is made now. In the end, every key answered with a receipt holds exactly one order,
 // and the stock adds up.
 func TestPostgresCrashMidStreamResolvedByReplay(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	db, _ := openDB(t, postgresBackend)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	const stock = 1000

@@ -234,6 +234,7 @@ func (s *Service) cartStrategy(name string, holds bool) (string, error) {
 func (s *Service) Checkout(ctx context.Context, req CheckoutRequest) (CartReceipt, error) {
 	sp := &spent{}
 	rec, err := s.checkout(ctx, req, sp)
+	s.deps.trace.annotateCart(ctx, req, rec, err)
 	if err != nil {
 		return CartReceipt{}, &spentError{err: err, spent: sp.get()}
 	}

@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 )
@@ -447,6 +448,7 @@ func notStarved(t *testing.T, s, carts *inventory.Service, ids []int64) {
 func TestCheckoutRedisDown(t *testing.T) { forEachBackend(t, testCheckoutRedisDown) }
 
 func testCheckoutRedisDown(t *testing.T, be backend) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	db, _ := openDB(t, be)
 	fail := degradedService(t, db, srv, inventory.OnRedisDownFail, nil)

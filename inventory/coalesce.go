@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultMaxBatch is the default of Config.MaxBatch: the most purchases one lock hold sells.
@@ -73,6 +75,7 @@ type itemQueue struct {
 	fence  int64         // the stored fence token last seen: the floor of the next token
 	carts  int           // the carts the hold in progress sold
 	shared time.Time     // when a hold last had to wait for the lock: another process wants it
+	span   trace.Span    // the hold in progress's lock.hold span (nil between holds): admit links its buyers
 }
 
 // A waiter's state: a buyer may leave while waiting, until the worker claims it for the write.
@@ -274,6 +277,20 @@ func (s *coalesced) hold(q *itemQueue) {
 			return
 		}
 	}
+	// The hold's trace: lock.hold, the root (the worker's context carries no request),
+	// linked to each buyer it admits (admit); the lock's wait, the hold's reads, writes and
+	// releases are its children.
+	ctx, span := s.trace.start(ctx, SpanLockHold)
+	q.span = span
+	var hl *holdLocks
+	defer func() {
+		q.span = nil
+		if hl != nil {
+			holdEnded(span, hl.anchor)
+		} else {
+			span.End()
+		}
+	}()
 	var got time.Time // when the anchor's lock was taken
 	waited := false   // it had to wait for it: another process held it
 	hl, answered := s.takeStarving(ctx, q)
@@ -285,9 +302,12 @@ func (s *coalesced) hold(q *itemQueue) {
 	s.mu.Unlock()
 	if hl == nil {
 		asked := time.Now()
-		held, err := s.obtainInTurn(ctx, q.id, q.fence)
+		wctx, wspan := s.trace.start(ctx, SpanLockWait)
+		held, err := s.obtainInTurn(wctx, q.id, q.fence)
+		waitEnded(wspan, q.id, held, err)
 		got = time.Now()
 		if err != nil {
+			failed(span, err)
 			s.obtainFailed(q, n, err)
 			return
 		}
@@ -298,6 +318,7 @@ func (s *coalesced) hold(q *itemQueue) {
 		q.shared = got // other processes want the lock too
 	}
 	held := hl.anchor
+	holdStarted(span, q.id, held, waited)
 	q.carts = 0
 	var replies []reply
 	written := 0
@@ -305,6 +326,9 @@ func (s *coalesced) hold(q *itemQueue) {
 		// Release first, then answer the batch: once a buyer has its answer, the hold that
 		// served it is over (and other processes may have their turn).
 		s.releaseAll(ctx, hl)
+		if span.IsRecording() {
+			span.SetAttributes(AttrBuyers.Int(written), AttrCarts.Int(q.carts))
+		}
 		if s.holds != nil {
 			s.holds.Hold(s.name, q.id, written)
 			if co, ok := s.holds.(CartHoldObserver); ok {
@@ -335,7 +359,9 @@ func (s *coalesced) hold(q *itemQueue) {
 		// passed was older than the row): the fenced write would be refused. Refuse before
 		// any work; Service.run retries each purchase once, under a new hold floored by the
 		// fence just read. Event point: fence refusal.
-		s.answerFront(q, n, &staleFenceError{itemID: q.id, token: token, seen: r.FenceToken})
+		stale := &staleFenceError{itemID: q.id, token: token, seen: r.FenceToken}
+		fenceRefused(span, stale)
+		s.answerFront(q, n, stale)
 		return
 	}
 	batch := s.takeOthers(ctx, q, hl, s.admit(q, r.Stock, s.maxBatch))
@@ -437,6 +463,7 @@ func (s *coalesced) admit(q *itemQueue, stock, limit int) []*waiter {
 		stock -= w.p.quantity
 		w.admitted.Store(true)
 		batch = append(batch, w)
+		linkServed(q.span, w)
 	}
 	q.pending = append(next, q.pending[i:]...)
 	return batch

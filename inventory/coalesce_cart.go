@@ -160,10 +160,16 @@ func (s *coalesced) takeStarving(ctx context.Context, q *itemQueue) (*holdLocks,
 		return nil, false
 	}
 	s.log.DebugContext(ctx, "carts left queued too often: taking their locks in item order", "anchor", q.id, "carts", len(starving), "locks", len(floors))
+	ctx, span := s.trace.start(ctx, SpanCartEscalate)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(AttrItem.Int64(q.id), AttrCarts.Int(len(starving)), AttrLocks.Int(len(floors)))
+	}
 	hl := &holdLocks{others: make(map[int64]*otherLock)}
 	for _, id := range slices.Sorted(maps.Keys(floors)) {
 		held, err := s.obtainInTurn(ctx, id, floors[id])
 		if err != nil {
+			failed(span, err)
 			if hl.anchor != nil {
 				s.releaseAll(ctx, hl)
 			} else {

@@ -109,8 +109,15 @@ func (s *coalesced) prepare(ctx, lockCtx context.Context, hl *holdLocks, token i
 func (pw *pendingWrite) commit(ctx, lockCtx context.Context) writeResult {
 	s, token, tokens, ready, replies := pw.s, pw.token, pw.tokens, pw.ready, pw.replies
 	out := writeResult{stock: pw.stock, token: token}
+	ctx, span := s.trace.start(ctx, SpanHoldWrite)
+	units := 0 // written
 	finish := func() writeResult {
 		out.replies = replies
+		if span.IsRecording() {
+			span.SetAttributes(AttrItem.Int64(pw.itemID), AttrBuyers.Int(out.written), AttrCarts.Int(out.carts),
+				AttrUnits.Int(units), AttrFence.Int64(token))
+		}
+		span.End()
 		return out
 	}
 	// over: purchases a re-admission left out for want of the units the purchases kept before
@@ -151,6 +158,7 @@ func (pw *pendingWrite) commit(ctx, lockCtx context.Context) writeResult {
 				if res[i].err == nil { // event point: order written
 					out.written++
 					out.stock -= w.p.quantity
+					units += w.p.quantity
 					remaining = res[i].rec.Remaining
 					if w.cart != nil {
 						remaining = anchorRemaining(res[i].cart, pw.itemID, remaining)
@@ -189,6 +197,8 @@ func (pw *pendingWrite) commit(ctx, lockCtx context.Context) writeResult {
 		if errors.As(err, &stale) && stale.itemID == pw.itemID {
 			out.seen = stale.seen
 		}
+		fenceRefused(span, err)
+		failed(span, err)
 		// Event point: a fence refusal (ErrLockLost) or an error; nothing was written.
 		for _, w := range ready {
 			replies = append(replies, reply{w: w, err: err})

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 )
@@ -58,6 +59,7 @@ func (c countingLocker) Obtain(ctx context.Context, key string, floor int64) (in
 // admission limit follows the policy; and once Redis answers again the lock is back, with a
 // token above the stored fence. The default policy (fail) answers unavailable meanwhile.
 func TestOnRedisDownGuard(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	db, _ := openDB(t, sqliteBackend)
 	var unavailable atomic.Int64 // lock calls of a and b that failed unavailable

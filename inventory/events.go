@@ -82,7 +82,9 @@ func (d deps) emit(ev Event) {
 // wait and its end.
 func (d deps) obtainObserved(ctx context.Context, l Locker, p purchase, strategy string, floor int64) (Held, error) {
 	d.emit(Event{Kind: EventWait, ItemID: p.itemID, Strategy: strategy, Quantity: p.quantity})
-	held, err := obtain(ctx, p.lockerFor(strategy, l), p.itemID, floor)
+	wctx, span := d.trace.start(ctx, SpanLockWait)
+	held, err := obtain(wctx, p.lockerFor(strategy, l), p.itemID, floor)
+	waitEnded(span, p.itemID, held, err)
 	d.emit(Event{Kind: EventWaitEnd, ItemID: p.itemID, Strategy: strategy, Quantity: p.quantity, Err: err})
 	return held, err
 }

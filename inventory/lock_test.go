@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 )
@@ -266,6 +267,7 @@ func testStaleHolderWritesAfterNewerOne(t *testing.T, be backend) {
 func TestFenceFloorAfterRedisWipe(t *testing.T) { forEachBackend(t, testFenceFloorAfterRedisWipe) }
 
 func testFenceFloorAfterRedisWipe(t *testing.T, be backend) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	db, _ := openDB(t, be)
 	s, _ := lockService(t, db, srv, locking.Options{}, nil)
@@ -340,6 +342,7 @@ func (n noFloor) Obtain(ctx context.Context, key string, _ int64) (inventory.Hel
 func TestRedisDownIsUnavailableFast(t *testing.T) { forEachBackend(t, testRedisDownIsUnavailableFast) }
 
 func testRedisDownIsUnavailableFast(t *testing.T, be backend) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	db, _ := openDB(t, be)
 	s, _ := lockService(t, db, srv, locking.Options{CallTimeout: 200 * time.Millisecond}, nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
 )
@@ -37,6 +38,7 @@ func redlockService(t *testing.T, be backend) (*inventory.Service, []*redistest.
 func TestRedlockGuardNeverOversells(t *testing.T) { forEachBackend(t, testRedlockGuardNeverOversells) }
 
 func testRedlockGuardNeverOversells(t *testing.T, be backend) {
+	testutil.SkipShort(t, testutil.Fault)
 	s, srvs := redlockService(t, be)
 	assert.Contains(t, s.Strategies(), inventory.StrategyRedlockGuard)
 	id := resetItems(t, s, burstStock)[0]
@@ -53,6 +55,7 @@ func TestRedlockGuardQuorumLostIsUnavailable(t *testing.T) {
 }
 
 func testRedlockGuardQuorumLostIsUnavailable(t *testing.T, be backend) {
+	testutil.SkipShort(t, testutil.Fault)
 	s, srvs := redlockService(t, be)
 	id := resetItems(t, s, 10)[0]
 	srvs[0].Stop()

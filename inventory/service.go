@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/models"
@@ -77,6 +78,11 @@ type Config struct {
 	// for a hold of one of its items; Multi serves only MaxBatch 1. Setting Multi makes every
 	// cart take its locks through it, at once (tests inject faults so).
 	Multi MultiLocker
+	// Tracer, if set, makes the package's spans (trace.go: lock.wait, lock.hold, hold.write,
+	// cart.escalate) and annotates each purchase's request span (the span in its context)
+	// with its item and outcome. Default (nil): no spans, and nothing allocated for them.
+	Tracer trace.Tracer
+
 	// HoldTTL is the life of a hold whose request names none (holds.go). Default (and for
 	// d <= 0): DefaultHoldTTL.
 	HoldTTL time.Duration
@@ -151,7 +157,8 @@ func NewService(cfg Config) (*Service, error) {
 		onDown:    cfg.OnRedisDown,
 		admission: cfg.Admission,
 	}
-	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger, obs: cfg.Observer, life: s.life, holds: cfg.Holds}
+	d := deps{store: s.store, sleep: cfg.Sleep, log: cfg.Logger, obs: cfg.Observer, life: s.life, holds: cfg.Holds,
+		trace: tracer{cfg.Tracer}}
 	s.deps = d
 	table := append(append([]Strategy(nil), builtinStrategies...), cfg.Extra...)
 	s.strategies = make(map[string]strategy, len(table))
@@ -218,6 +225,7 @@ func (s *Service) DefaultStrategy() string { return s.def }
 func (s *Service) Purchase(ctx context.Context, req PurchaseRequest) (Receipt, error) {
 	sp := &spent{}
 	rec, err := s.purchase(ctx, req, sp)
+	s.deps.trace.annotate(ctx, req, s.strategyName(req.Strategy), rec, err)
 	if err != nil {
 		return Receipt{}, &spentError{err: err, spent: sp.get()}
 	}
@@ -269,6 +277,14 @@ func (s *Service) purchase(ctx context.Context, req PurchaseRequest, sp *spent) 
 	return Receipt{}, err // the replay's own failure says nothing about the purchase
 }
 
+// strategyName is the strategy a request naming name runs (the default for "").
+func (s *Service) strategyName(name string) string {
+	if name == "" {
+		return s.def
+	}
+	return name
+}
+
 // admitAndRun runs the purchase once the admission limit (when configured) lets it in. It
 // comes after the idempotency replay, so replaying a finished purchase is never turned away.
 func (s *Service) admitAndRun(ctx context.Context, st strategy, name string, p purchase) (Receipt, error) {
@@ -313,6 +329,9 @@ func (s *Service) run(ctx context.Context, st strategy, name string, p purchase)
 	for {
 		rec, err := st.buy(ctx, p)
 		s.deps.observe(p, name, rec, err)
+		if s.deps.trace.on() {
+			fenceRefused(trace.SpanFromContext(ctx), err) // the request's span: its write refused as stale
+		}
 		switch {
 		case err == nil:
 			s.log.DebugContext(ctx, "purchase", "item", p.itemID, "quantity", p.quantity, "strategy", name,

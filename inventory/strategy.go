@@ -117,6 +117,8 @@ type deps struct {
 
 	life  *lifecycle   // owner of the coalescing workers
 	holds HoldObserver // nil: none
+
+	trace tracer // Config.Tracer: the package's spans (trace.go); tracing off when nil
 }
 
 // naive reads the stock (a statement of its own), checks it, works, then writes the stock it
@@ -195,6 +197,9 @@ func (s lock) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, err
 	}
+	ctx, span := s.trace.start(ctx, SpanLockHold)
+	holdStarted(span, p.itemID, held, false)
+	defer holdEnded(span, held) // after the release
 	defer s.release(ctx, held)
 	return readCheckWorkWrite(ctx, held.Context(ctx), s.deps, p, StrategyLock, held.Token())
 }
@@ -254,6 +259,9 @@ func (s lockGuard) buy(ctx context.Context, p purchase) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, err
 	}
+	ctx, span := s.trace.start(ctx, SpanLockHold)
+	holdStarted(span, p.itemID, held, false)
+	defer holdEnded(span, held) // after the release
 	defer s.release(ctx, held)
 	lctx := held.Context(ctx)
 	if err := s.work(lctx, p); err != nil {

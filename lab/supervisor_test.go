@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,28 +23,30 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/lab"
 )
 
-// storefrontBinary builds the stockguard command once per test binary: the supervisor's
-// instances are real storefront processes.
+// binDir holds the storefront this test binary built, if it built one.
+var binDir string
+
+// storefrontBinary builds the stockguard command once per test binary, or takes the one make
+// test built for the run (STOCKGUARD_BIN, internal/storefrontbin): the supervisor's instances
+// are real storefront processes.
 var storefrontBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "stockguard-lab-test-")
 	if err != nil {
 		return "", err
 	}
-	exe := filepath.Join(dir, "stockguard")
-	out, err := exec.Command("go", "build", "-o", exe, "github.com/stockguard/stockguard").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build the storefront: %v\n%s", err, out)
-	}
-	return exe, nil
+	binDir = dir
+	return storefrontbin.Shared(context.Background(), "..", dir)
 })
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if exe, err := storefrontBinary(); err == nil {
-		_ = os.RemoveAll(filepath.Dir(exe))
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
 	}
 	os.Exit(code)
 }
@@ -63,6 +64,7 @@ type labServer struct {
 // the server and the ids of the three lab items.
 func startLab(t *testing.T, n int) (*labServer, []int64) {
 	t.Helper()
+	testutil.SkipShort(t, testutil.MultiProcess)
 	exe, err := storefrontBinary()
 	require.NoError(t, err)
 	rs := redistest.Start(t)

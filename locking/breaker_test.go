@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/netfault"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // transitions records a breaker's states.
@@ -41,6 +42,7 @@ func (tr *transitions) get() []BreakerState {
 // answers again; their clean-up is paid before the next attempt on the key, which takes the
 // lock at once instead of waiting out a lease held by nobody.
 func TestBreakerHungRedis(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	var tr transitions
@@ -127,6 +129,7 @@ func TestBreakerHungRedis(t *testing.T) {
 // breaker refuses the renewals at once and the watchdog keeps its loss deadline. Its loss
 // leaves the key to a forget, owed while the breaker is open and paid once Redis answers.
 func TestBreakerHolderToldBeforeLeaseEnds(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond})
@@ -188,6 +191,7 @@ func TestBreakerCountsOnlyNodeFailures(t *testing.T) {
 // black-holed (SIGSTOP would also trip the cluster's own failure detection, 1s in these
 // tests, which soon refuses every slot: a loaded machine lost that race).
 func TestBreakerPerClusterMaster(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	cl := redistest.StartCluster(t)
 	hung := cl.Nodes[0]
 	link, err := netfault.NewLink(hung.Addr)
@@ -251,6 +255,7 @@ func TestBreakerPerClusterMaster(t *testing.T) {
 // Redlock: a hung node's open breaker is a failed vote at once; the quorum of the others
 // takes the lock, and the round sends no clean-up to the node that was refused.
 func TestBreakerRedlockVote(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond})
 	defer brk.Close()
 	var nodes []redis.UniversalClient
@@ -301,6 +306,7 @@ func TestBreakerRedlockVote(t *testing.T) {
 // caller waiting) and never reach the node. The debt is paid when the breaker closes: the key
 // is free then, not held by nobody until its lease ends.
 func TestBreakerOpenRefusesCleanupsAndOwesThem(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	brk := NewBreakers(&BreakerOptions{ProbeInterval: 50 * time.Millisecond})

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // openedAt records when a breaker first opened.
@@ -39,6 +40,7 @@ func (o *openedAt) record(_ string, st BreakerState) {
 // The slow attempts use a call timeout of 2s; the breaker is opened by another client's
 // 100ms calls on the same node, so the bound is measured from that opening.
 func TestBreakerCutsCallsInFlight(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	opened := newOpenedAt()
@@ -132,6 +134,7 @@ func TestBreakerCutsCallsInFlight(t *testing.T) {
 // measured from the hang: one liveness interval plus the breaker's failures, each a call
 // timeout, doubled for a loaded machine.
 func TestBreakerLivenessWhileWaiting(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	opened := newOpenedAt()

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 func TestWarnsWithoutContextTimeout(t *testing.T) {
@@ -30,6 +31,7 @@ func TestWarnsWithoutContextTimeout(t *testing.T) {
 }
 
 func TestRedisDownObtainFailsAtOnce(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	c := newClient(t, srv, &Options{Lease: time.Second})
@@ -43,6 +45,7 @@ func TestRedisDownObtainFailsAtOnce(t *testing.T) {
 }
 
 func TestRedisPausedCallsAreBounded(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	const lease = 2 * time.Second // CallTimeout 200ms

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,7 @@ func (c *Client) processKey(id string) string { return c.prefix + "process:{" + 
 // heartbeat keeps a Client's process key alive: started by the first WithTakeover Obtain,
 // stopped by Close.
 type heartbeat struct {
+	running atomic.Bool // set once the key was first written: later Obtains take no lock
 	mu      sync.Mutex
 	started bool
 	closed  bool
@@ -47,6 +49,9 @@ type heartbeat struct {
 // live holder's lock for a key that was never written.
 func (c *Client) startHeartbeat(ctx context.Context) error {
 	hb := &c.hb
+	if hb.running.Load() {
+		return nil
+	}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	if hb.started || hb.closed {
@@ -57,6 +62,7 @@ func (c *Client) startHeartbeat(ctx context.Context) error {
 	}
 	hb.started = true
 	hb.timer = time.AfterFunc(c.processTTL/3, c.beat)
+	hb.running.Store(true)
 	return nil
 }
 

@@ -23,8 +23,9 @@ type hold struct {
 	token    atomic.Int64 // the latest fencing token issued to the hold (NextToken draws more)
 	acquired time.Time
 	wd       *watchdog
-	kind     *kind // what its kind does in Redis (kind.go)
-	waited   bool  // its Obtain did not take it at its first attempt (set before Obtain returns)
+	kind     *kind        // what its kind does in Redis (kind.go)
+	waited   bool         // its Obtain did not take it at its first attempt (set before Obtain returns)
+	renewals atomic.Int64 // renewals its watchdog made (Lock.Renewals)
 
 	mu      sync.Mutex
 	handles int            // Lock handles not yet released; the last stops the watchdog
@@ -56,6 +57,7 @@ func (c *Client) newWatchdog(h *hold) *watchdog {
 	if c.watchdog {
 		w.renew = func(ctx context.Context) (bool, error) { return h.kind.renew(ctx, h) }
 		w.onRenewed = func() {
+			h.renewals.Add(1)
 			if f := c.hooks.Renewed; f != nil {
 				f(h.k.name)
 			}

@@ -39,6 +39,24 @@ func (l *Lock) Token() int64 {
 	return l.h.token.Load()
 }
 
+// Lease returns how long the lock lives in Redis without a renewal (its Client's
+// Options.Lease). Zero for nil.
+func (l *Lock) Lease() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.h.c.lease
+}
+
+// Renewals returns how many times the watchdog has renewed the lease so far (0 with the
+// watchdog off). A re-entered lock shares its outer lock's count. Zero for nil.
+func (l *Lock) Renewals() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.h.renewals.Load()
+}
+
 // ErrNoNextToken is NextToken's error for a lock whose kind draws no more tokens during a
 // hold (Redlock, whose token is not one counter's; a semaphore permit).
 var ErrNoNextToken = errors.New("locking: this kind of lock issues one fencing token per hold")

@@ -3,6 +3,7 @@ package locking
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +31,13 @@ func TestObtainRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, owners, 1)
 	for owner, count := range owners {
-		assert.Len(t, owner, 32)
+		random, process, ok := strings.Cut(owner, plainProcessSep)
+		require.True(t, ok, "the owner names its process: %q", owner)
+		assert.Len(t, random, 32, "128 random bits")
+		assert.Equal(t, c.Process(), process)
+		p, takeover := HolderProcess(owner)
+		assert.Equal(t, c.Process(), p)
+		assert.False(t, takeover, "an Obtain without WithTakeover cannot be taken over")
 		assert.Equal(t, "1", count)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // Tests of ObtainMany's acquisition (multi_obtain.go); the hold's are in multi_test.go.
@@ -310,6 +311,7 @@ func TestMultiDuplicateKeys(t *testing.T) {
 
 // Refusals before any Redis call: no keys, the key "", an ended context, a closed Client.
 func TestMultiRefusals(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	c := newClient(t, srv, nil)
 	ctx := ctxT(t, 5*time.Second)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // kf returns the KeyFloors of names, floor 0.
@@ -106,6 +107,7 @@ func TestMultiLossOfOneKey(t *testing.T) {
 // before any key's lease can expire. With no watchdog (fixed lease) the hold ends just before
 // the first key's lease runs out.
 func TestMultiLossLeaseRunsOut(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	t.Run("redis paused", func(t *testing.T) {
 		verifyNoLeaks(t)
 		srv := redistest.Start(t)

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/netfault"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // The child mode of TestBreakerIgnoresOwnPause: the test binary re-executed with pauseChildEnv
@@ -46,9 +47,7 @@ type pauseReport struct {
 // count of calls fail (up to four pauses), so that without the rule the breaker would have
 // opened: the child's report proves the case arose.
 func TestBreakerIgnoresOwnPause(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns a process")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess) // spawns a process
 	link, err := netfault.NewLink(shared.Addr())
 	require.NoError(t, err)
 	defer link.Close()

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // The child mode of the test binary: TestMutualExclusion4Processes re-executes it with these
@@ -25,9 +27,7 @@ const (
 )
 
 func TestMutualExclusion4Processes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess) // spawns processes
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	key := uniqueKey(t)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // startNodes starts n redis-servers and returns them with a client of each. The clients
@@ -72,6 +73,7 @@ func holders(t *testing.T, r *Redlock, rdbs []*redis.Client, key string) int {
 }
 
 func TestRedlockQuorumOfFive(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srvs, rdbs := startNodes(t, 5)
 	r := newRedlock(t, rdbs, &Options{Lease: 2 * time.Second})
 	ctx := ctxT(t, 10*time.Second)
@@ -251,6 +253,7 @@ func TestRedlockMutualExclusion32(t *testing.T) {
 }
 
 func TestRedlockTokensIncreaseAcrossOverlappingQuorums(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srvs, rdbs := startNodes(t, 5)
 	r := newRedlock(t, rdbs, &Options{Lease: 2 * time.Second})
 	ctx := ctxT(t, 10*time.Second)
@@ -294,6 +297,7 @@ func TestRedlockTokensIncreaseAcrossOverlappingQuorums(t *testing.T) {
 }
 
 func TestRedlockWatchdogAndLoss(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	const lease = 300 * time.Millisecond
 	srvs, rdbs := startNodes(t, 5)
 	var lost atomic.Int32
@@ -365,6 +369,7 @@ func TestRedlockReentry(t *testing.T) {
 }
 
 func TestRedlockBlackHoledMinorityCostsNothing(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srvs, rdbs := startNodes(t, 5)
 	r := newRedlock(t, rdbs, &Options{CallTimeout: time.Second})
 	ctx := ctxT(t, 10*time.Second)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/redisproc"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // Tests of Options.Replicas (replicas.go) against a real master and a real replica
@@ -333,6 +334,7 @@ func BenchmarkObtainReplicas(b *testing.B) {
 // the option takes a lock on the master alone meanwhile, and the promoted replica grants it
 // again.
 func TestReplicasSentinelFailoverKeepsTheLock(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	set := redistest.StartSentinel(t)
 	rdb := redistest.FailoverClient(t, set)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,6 +17,10 @@ var (
 	//go:embed semaphore_acquire.lua
 	semAcquireLua    string
 	semAcquireScript = redis.NewScript(semAcquireLua)
+
+	//go:embed takeover_semaphore.lua
+	takeoverSemLua    string
+	takeoverSemScript = redis.NewScript(include(takeoverSemLua, "semaphore_acquire.lua", semAcquireLua))
 
 	//go:embed semaphore_renew.lua
 	semRenewLua    string
@@ -48,6 +54,7 @@ type Semaphore struct {
 	c       *Client // its own: options, hooks, the subscription of waiters
 	permits int
 	kind    *kind
+	checks  sync.Map // key -> *atomic.Int64: when a takeover check of its permits is due next (unix ns)
 }
 
 // NewSemaphore returns a semaphore of permits permits per key over rdb (fewer than 1 counts
@@ -69,35 +76,56 @@ func (s *Semaphore) Permits() int { return s.permits }
 // ErrNotObtained when the wait ended (joined with ctx.Err() when ctx ended it), ErrClosed
 // after Close, ErrEmptyKey for the key "", and any other error when Redis failed. A permit taken by a call whose reply
 // was lost (ctx ended mid-call) is given back before Acquire returns.
+//
+// WithTakeover makes the permit name this process and lets the wait take back, about one
+// ProcessTTL after a process died, the permits of that process that were taken with
+// WithTakeover too, instead of waiting for their lease (as the lock does: takeover.go). A
+// permit protects no data, so this is safe for any caller; a process frozen for ProcessTTL
+// may find its permit gone at its next renewal (ErrLost), and N+1 may run meanwhile.
 func (s *Semaphore) Acquire(ctx context.Context, key string, opts ...ObtainOption) (*Lock, error) {
-	return s.acquire(ctx, key, s.c.obtainConfigFor(true, opts).wait)
+	cfg := s.c.obtainConfigFor(true, opts)
+	return s.acquire(ctx, key, cfg.wait, cfg.takeover)
 }
 
 // TryAcquire is Acquire without waiting: one attempt. It returns ErrNotObtained if all N
 // permits are held, ErrClosed after Close, ErrEmptyKey for the key "", and a Redis error
 // otherwise.
 func (s *Semaphore) TryAcquire(ctx context.Context, key string) (*Lock, error) {
-	return s.acquire(ctx, key, 0)
+	return s.acquire(ctx, key, 0, false)
 }
 
 // Close stops the subscription goroutine of the semaphore's waiters. Held permits are not
 // released. It always returns nil.
 func (s *Semaphore) Close() error { return s.c.Close() }
 
-func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration) (*Lock, error) {
+func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration, takeover bool) (*Lock, error) {
 	if l, done, err := s.c.enter(ctx, key, s.kind); done {
 		return l, err
 	}
+	if takeover {
+		if err := s.c.startHeartbeat(ctx); err != nil {
+			return nil, err
+		}
+	}
 	k := s.keysFor(key)
 	id := newOwner()
+	if takeover {
+		id = s.c.ownerFor(true)
+	}
 	start := time.Now()
 	return s.c.obtainKind(ctx, s.kind, k.channel, limit, func(ctx context.Context) (*Lock, time.Duration, error) {
 		s.c.settle(ctx, k) // permits given back that did not reach Redis (debts.go)
 		cctx, cancel := context.WithTimeout(ctx, s.c.callTimeout)
 		defer cancel()
+		script, args := semAcquireScript, []any{id, s.c.lease.Milliseconds(), strconv.Itoa(s.permits)}
+		if dead := s.deadPermits(ctx, k, takeover); len(dead) > 0 {
+			script = takeoverSemScript
+			for _, d := range dead {
+				args = append(args, d)
+			}
+		}
 		sent := time.Now()
-		res, err := semAcquireScript.Run(cctx, s.c.rdb, append(semKeys(k), k.gone(id)), id, s.c.lease.Milliseconds(),
-			strconv.Itoa(s.permits)).Int64Slice()
+		res, err := script.Run(cctx, s.c.rdb, append(semKeys(k), k.gone(id)), args...).Int64Slice()
 		if err != nil {
 			return nil, 0, s.c.attemptFailed(ctx, cctx, sent, err, fmt.Sprintf("acquire permit %q", key),
 				func(ctx context.Context) { s.giveBack(ctx, k, id) })
@@ -109,10 +137,49 @@ func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration
 			return nil, 0, errors.Join(ErrNotObtained, errAbandoned)
 		}
 		if res[0] != 1 {
-			return nil, time.Duration(res[1]) * time.Millisecond, nil
+			hint := time.Duration(res[1]) * time.Millisecond
+			if takeover {
+				hint = min(hint, max(time.Until(s.nextCheck(key)), time.Millisecond))
+			}
+			return nil, hint, nil
 		}
 		return s.c.newHold(k, id, 0, s.kind, sent, start), 0, nil
 	})
+}
+
+// nextCheck returns when the next takeover check of key's permits is due in this process.
+func (s *Semaphore) nextCheck(key string) time.Time {
+	v, _ := s.checks.LoadOrStore(key, new(atomic.Int64))
+	return time.Unix(0, v.(*atomic.Int64).Load())
+}
+
+// deadPermits returns the permits of k held by dead processes, when a takeover check of k is
+// due: at most one every ProcessTTL/3 per key and process, whoever waits. Unlike a lock's
+// waiter (takeover.go), it does not first wait one ProcessTTL itself: admission waits are far
+// shorter (100ms), and a check costs one ZRANGE of at most N permits plus one EXISTS per
+// process they name.
+func (s *Semaphore) deadPermits(ctx context.Context, k keys, reclaim bool) []string {
+	if !reclaim {
+		return nil
+	}
+	v, _ := s.checks.LoadOrStore(k.name, new(atomic.Int64))
+	next := v.(*atomic.Int64)
+	now := time.Now()
+	due := next.Load()
+	if now.UnixNano() < due || !next.CompareAndSwap(due, now.Add(s.c.processTTL/3).UnixNano()) {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.c.callTimeout)
+	defer cancel()
+	ids, err := s.c.rdb.ZRange(cctx, k.hash, 0, -1).Result()
+	if err != nil {
+		return nil
+	}
+	dead := (&takeover{c: s.c}).deadOf(cctx, ids)
+	if len(dead) > 0 {
+		s.c.log.Info("locking: taking back the permits of a dead process", "key", k.name, "permits", len(dead))
+	}
+	return dead
 }
 
 // releaseID gives permit id back. abandon, for the clean-up of a call whose reply was lost,

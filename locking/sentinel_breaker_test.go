@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/redisproc"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // sentinelBreaker is a Sentinel set, a failover client of it behind the breaker named as the
@@ -58,9 +59,7 @@ func stop(t *testing.T, srv *redisproc.Server) (cont func()) {
 // reaches the promoted replica through the failover client, the breaker closes, and locks
 // are taken again, on the new master.
 func TestBreakerSentinelHungMaster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a Sentinel failover")
-	}
+	testutil.SkipShort(t, testutil.Fault) // a Sentinel failover
 	s := startSentinelBreaker(t)
 	ctx := ctxT(t, 60*time.Second)
 	old, err := s.set.MasterAddr(ctx)
@@ -96,9 +95,7 @@ func TestBreakerSentinelHungMaster(t *testing.T) {
 // (as the master would look from here: unreachable), which opens the breaker. Once the
 // Sentinels answer, a probe closes it and concurrent locks go through again.
 func TestBreakerSentinelHungSentinels(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a Sentinel set")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess) // a Sentinel set
 	s := startSentinelBreaker(t)
 	ctx := ctxT(t, 30*time.Second)
 	var conts []func()

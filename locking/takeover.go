@@ -105,15 +105,23 @@ func (t *takeover) failed(hint time.Duration) time.Duration {
 	return hint
 }
 
+// due reports whether a check of the blockers is due, and if so schedules the next one.
+func (t *takeover) due() bool {
+	if t == nil || t.since.IsZero() || time.Now().Before(t.next) {
+		return false
+	}
+	t.next = time.Now().Add(t.c.processTTL / 3)
+	return true
+}
+
 // dead returns, when a check is due, the blockers of k whose processes are dead: its holder,
 // and with fair, the owners among the first of its queue. It returns nothing when no check is
 // due or when Redis could not be asked (the attempt that follows sees the failure itself).
 func (t *takeover) dead(ctx context.Context, k keys, fair bool) (holder string, queued []string) {
-	if t == nil || t.since.IsZero() || time.Now().Before(t.next) {
+	if !t.due() {
 		return "", nil
 	}
 	c := t.c
-	t.next = time.Now().Add(c.processTTL / 3)
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	pipe := c.rdb.Pipeline()
@@ -126,36 +134,40 @@ func (t *takeover) dead(ctx context.Context, k keys, fair bool) (holder string, 
 		return "", nil
 	}
 	owners, _ := hk.Result()
-	var queue []string
-	if qc != nil {
-		queue, _ = qc.Result()
-	}
-	alive := map[string]bool{c.process: true}
-	isDead := func(owner string) bool {
-		p, ok := processOf(owner)
-		if !ok {
-			return false
-		}
-		live, seen := alive[p]
-		if !seen {
-			n, err := c.rdb.Exists(cctx, c.processKey(p)).Result()
-			live = err != nil || n > 0 // unknown counts as alive
-			alive[p] = live
-		}
-		return !live
-	}
-	if len(owners) == 1 && isDead(owners[0]) {
+	if len(owners) == 1 && len(t.deadOf(cctx, owners)) == 1 {
 		holder = owners[0]
 	}
-	for _, o := range queue {
-		if isDead(o) {
-			queued = append(queued, o)
-		}
+	if qc != nil {
+		queue, _ := qc.Result()
+		queued = t.deadOf(cctx, queue)
 	}
 	if holder != "" || len(queued) > 0 {
 		c.log.Info("locking: taking over from a dead process", "key", k.name, "holder", holder, "queued", len(queued))
 	}
 	return holder, queued
+}
+
+// deadOf returns the owners among owners that asked for takeover and whose process keys are
+// gone (one EXISTS per process named; an answer that does not come counts as alive).
+func (t *takeover) deadOf(ctx context.Context, owners []string) []string {
+	alive := map[string]bool{t.c.process: true}
+	var dead []string
+	for _, o := range owners {
+		p, ok := processOf(o)
+		if !ok {
+			continue
+		}
+		live, seen := alive[p]
+		if !seen {
+			n, err := t.c.rdb.Exists(ctx, t.c.processKey(p)).Result()
+			live = err != nil || n > 0
+			alive[p] = live
+		}
+		if !live {
+			dead = append(dead, o)
+		}
+	}
+	return dead
 }
 
 // deadQueueScan is how many owners at the head of a fair queue a takeover check reads: the

@@ -15,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // takeoverOpts are the Options of the takeover tests: the storefront's call timeout, so the
@@ -198,9 +200,7 @@ func takeoverChildMain() int {
 // A process that holds a lock is killed (SIGKILL: nothing released); a takeover waiter of
 // another process takes the lock well before the 30s lease ends, with a greater token.
 func TestTakeoverOfAKilledProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process: spawns a holder and kills it")
-	}
+	testutil.SkipShort(t, testutil.MultiProcess)
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	key := uniqueKey(t)
@@ -234,4 +234,31 @@ func TestTakeoverOfAKilledProcess(t *testing.T) {
 	assert.Less(t, gap, 10*time.Second, "taken over, not waited out")
 	assert.Greater(t, l.Token(), childToken)
 	require.NoError(t, l.Release(context.Background()))
+}
+
+// Permits of a dead process (their ids name it, its process key is gone) are taken back by a
+// WithTakeover Acquire, without waiting one ProcessTTL itself (admission waits are short), once
+// per ProcessTTL/3 per key; without the option they stay until their lease.
+func TestSemaphoreTakesBackDeadPermits(t *testing.T) {
+	rdb := newRedis(t, nil)
+	s := NewSemaphore(rdb, 2, takeoverOpts(time.Minute))
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := ctxT(t, 30*time.Second)
+	key := uniqueKey(t)
+	k := s.keysFor(key)
+	far := float64(time.Now().Add(time.Hour).UnixMilli())
+	for i := range 2 {
+		id := newOwner() + processSep + "deadbeefdeadbeef"
+		require.NoError(t, rdb.ZAdd(ctx, k.hash, redis.Z{Score: far, Member: id}).Err())
+		require.NoError(t, rdb.ZAdd(ctx, k.fence, redis.Z{Score: float64(i + 1), Member: id}).Err())
+	}
+	require.NoError(t, rdb.Set(ctx, semKeys(k)[2], 2, 0).Err()) // the tickets they drew
+	_, err := s.Acquire(ctx, key, WithWait(200*time.Millisecond))
+	require.ErrorIs(t, err, ErrNotObtained, "without takeover the dead permits stay")
+	p, err := s.Acquire(ctx, key, WithWait(200*time.Millisecond), WithTakeover())
+	require.NoError(t, err, "the dead process's permits are taken back")
+	n, err := rdb.ZCard(ctx, k.hash).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "both dead permits gone, one taken")
+	require.NoError(t, p.Release(ctx))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // Tests of the lock over the two Redis deployments besides one server: a real three-master
@@ -132,6 +133,7 @@ func TestClusterLockExclusionAndWakeUp(t *testing.T) {
 // works on the promoted replica, and the floor keeps new tokens above those the caller has
 // seen (what lock+guard passes from the database).
 func TestSentinelLockAcrossFailover(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	set := redistest.StartSentinel(t)
 	rdb := redistest.FailoverClient(t, set)
 	c := New(rdb, &Options{KeyPrefix: "sn:", Lease: time.Second, Wait: 5 * time.Second})

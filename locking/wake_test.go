@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // waitersOn returns how many waiters c has registered on key's channel.
@@ -150,6 +151,7 @@ func TestClose(t *testing.T) {
 // A subscription that stops answering (no PONG) is replaced, and waiters are still woken by
 // release messages afterwards.
 func TestUnresponsiveSubscriptionReplaced(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	c := newClient(t, srv, &Options{Lease: 10 * time.Second})

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // lostRecorder records the Lost hook.
@@ -174,6 +175,7 @@ func TestLossDetected(t *testing.T) {
 }
 
 func TestLossDeclaredBeforeExpiryWhenRedisPaused(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	const lease = time.Second
@@ -205,6 +207,7 @@ func TestLossDeclaredBeforeExpiryWhenRedisPaused(t *testing.T) {
 }
 
 func TestRedisRestartedMidHold(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	const lease = 600 * time.Millisecond

@@ -2,6 +2,8 @@ package models
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 )
@@ -24,6 +27,7 @@ type options struct {
 	maxOpenConns     int
 	busyTimeout      time.Duration
 	statementTimeout time.Duration
+	openDB           func(driver.Connector) *sql.DB // nil: sql.OpenDB, the driver as it is
 }
 
 // WithLogger makes Open and GORM log through l: statements slower than 1s at Warn, failed
@@ -71,6 +75,36 @@ func WithStatementTimeout(d time.Duration) Option {
 		}
 	}
 }
+
+// WithOpenDB makes Open open the connection pool with open, given the driver's connector
+// (mattn/go-sqlite3's or pgx's, configured as Open configures them), instead of
+// sql.OpenDB: a wrapper such as otelsql sees every statement, the hot path's prepared ones
+// and its *sql.Tx included, which a GORM plugin would not. Default (and for nil):
+// sql.OpenDB.
+func WithOpenDB(open func(driver.Connector) *sql.DB) Option {
+	return func(o *options) {
+		if open != nil {
+			o.openDB = open
+		}
+	}
+}
+
+// openDBOf opens the pool over c with o's opener.
+func (o options) openDBOf(c driver.Connector) *sql.DB {
+	if o.openDB != nil {
+		return o.openDB(c)
+	}
+	return sql.OpenDB(c)
+}
+
+// dsnConnector is mattn/go-sqlite3's connector for one DSN (its driver has none of its own).
+type dsnConnector struct {
+	dsn string
+	drv driver.Driver
+}
+
+func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c dsnConnector) Driver() driver.Driver                        { return c.drv }
 
 // DefaultPostgresPool is the connection pool size of a PostgreSQL database when
 // WithMaxOpenConns is not given: enough for the concurrent short write transactions of one
@@ -152,8 +186,10 @@ func openGorm(d gorm.Dialector, o options) (*gorm.DB, error) {
 }
 
 func openOnce(ctx context.Context, full string, memory bool, o options) (*gorm.DB, error) {
-	db, err := openGorm(sqlite.Open(full), o)
+	pool := o.openDBOf(dsnConnector{dsn: full, drv: &sqlite3.SQLiteDriver{}})
+	db, err := openGorm(sqlite.New(sqlite.Config{Conn: pool}), o)
 	if err != nil {
+		_ = pool.Close()
 		return nil, err
 	}
 	sqlDB, err := db.DB()

@@ -19,7 +19,9 @@ const advisoryLockKey int64 = 0x73746f636b677264
 // openPostgres opens the PostgreSQL database at url with pgx (through database/sql, as GORM
 // uses it) and migrates the schema.
 //
-// Every connection runs with statement_timeout = o.statementTimeout, so a statement that
+// Every connection runs with statement_timeout = o.statementTimeout (and
+// idle_in_transaction_session_timeout twice that, with TCP keepalives every 30s: DESIGN §3.6),
+// so a statement that
 // waits for a row lock or runs longer is cancelled by the server, and with the default
 // isolation, READ COMMITTED (the guard's conditional UPDATE re-checks its WHERE on the row's
 // newest version after waiting for a concurrent writer: see docs/operations.md, "Scale out"). A connect_timeout in url
@@ -36,10 +38,25 @@ func openPostgres(ctx context.Context, url string, o options) (*gorm.DB, error) 
 	if _, ok := cfg.RuntimeParams["statement_timeout"]; !ok {
 		cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.statementTimeout.Milliseconds(), 10)
 	}
+	// A session left inside a transaction by a process that stopped answering (a lost machine,
+	// a frozen process) keeps its row locks: the server ends it once it sits idle inside the
+	// transaction for the write deadline (two statement timeouts, which no live storefront's
+	// transaction outlasts), and TCP keepalives find a peer that is gone while the session is
+	// idle between transactions (the server's default waits two hours before its first probe).
+	for name, v := range map[string]string{
+		"idle_in_transaction_session_timeout": strconv.FormatInt(2*o.statementTimeout.Milliseconds(), 10),
+		"tcp_keepalives_idle":                 "30",
+		"tcp_keepalives_interval":             "10",
+		"tcp_keepalives_count":                "3",
+	} {
+		if _, ok := cfg.RuntimeParams[name]; !ok {
+			cfg.RuntimeParams[name] = v
+		}
+	}
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = "stockguard"
 	}
-	sqlDB := stdlib.OpenDB(*cfg)
+	sqlDB := o.openDBOf(stdlib.GetConnector(*cfg))
 	sqlDB.SetMaxOpenConns(o.maxOpenConns)
 	sqlDB.SetMaxIdleConns(o.maxOpenConns)
 	// Connections are recycled now and then, so that a pool follows a failover or a

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/models"
 )
 
@@ -26,6 +27,8 @@ func TestPostgresSessionSettings(t *testing.T) {
 		return v
 	}
 	assert.Equal(t, "1500ms", show(db, "statement_timeout"))
+	assert.Equal(t, "3s", show(db, "idle_in_transaction_session_timeout"), "a session left inside a transaction ends")
+	assert.Equal(t, "30", show(db, "tcp_keepalives_idle"), "seconds")
 	assert.Equal(t, "read committed", show(db, "transaction_isolation"), "the guard is built for READ COMMITTED")
 	assert.Equal(t, "stockguard", show(db, "application_name"))
 	sqlDB, err := db.DB()
@@ -44,6 +47,7 @@ func TestPostgresSessionSettings(t *testing.T) {
 
 // The errors the storefront must tell apart, each produced for real on the server.
 func TestPostgresErrorClassification(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	ctx := context.Background()
 	url := dbs.PG.Database(t)
 	db, err := models.Open(ctx, url, models.WithStatementTimeout(200*time.Millisecond))
@@ -158,7 +162,9 @@ func TestPostgresMigrationWaitsPastStatementTimeout(t *testing.T) {
 	ctx := context.Background()
 	url := dbs.PG.Database(t)
 	const timeout = 200 * time.Millisecond
-	holder, err := models.Open(ctx, url, models.WithStatementTimeout(timeout))
+	// The holder sits idle inside its transaction for three timeouts: its own session's
+	// idle_in_transaction_session_timeout (twice its statement timeout) must outlast that.
+	holder, err := models.Open(ctx, url, models.WithStatementTimeout(5*timeout))
 	require.NoError(t, err)
 	defer models.Close(holder)
 	tx := holder.Begin()

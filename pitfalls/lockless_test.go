@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/dbtest"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 )
 
@@ -44,6 +45,7 @@ func TestRedisStockRestartFromSnapshot(t *testing.T) {
 }
 
 func testRedisStockRestartFromSnapshot(t *testing.T, be backend) {
+	testutil.SkipShort(t, testutil.Fault)
 	for _, tc := range []struct {
 		strategy string
 		oversold int

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // Start starts Chromium headless with a fresh profile and returns a chromedp context on one
@@ -17,6 +19,7 @@ import (
 // is not installed.
 func Start(t *testing.T) context.Context {
 	t.Helper()
+	testutil.SkipShort(t, testutil.Browser)
 	path := ""
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {

@@ -26,6 +26,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/internal/pgtest"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/models"
 )
 
@@ -75,10 +76,16 @@ func NewSet(file string) *Set {
 // All is every backend, SQLite first.
 func (s *Set) All() []Backend { return []Backend{s.SQLite, s.Postgres} }
 
-// ForEach runs test once per backend, as subtests named after the backend.
+// ForEach runs test once per backend, as subtests named after the backend; under -short the
+// PostgreSQL subtest skips (testutil.Postgres: the inner loop runs the table on SQLite).
 func (s *Set) ForEach(t *testing.T, test func(t *testing.T, b Backend)) {
 	for _, b := range s.All() {
-		t.Run(b.Name, func(t *testing.T) { test(t, b) })
+		t.Run(b.Name, func(t *testing.T) {
+			if b.Name == s.Postgres.Name {
+				testutil.SkipShort(t, testutil.Postgres)
+			}
+			test(t, b)
+		})
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/internal/redisproc"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // ErrNoRedisServer is returned when redis-server is not on PATH.
@@ -176,6 +177,7 @@ func portOf(addr string) int {
 // joined by internal/redisproc) for tb and stops it when tb ends.
 func StartCluster(tb testing.TB) *redisproc.Cluster {
 	tb.Helper()
+	testutil.SkipShort(tb, testutil.MultiProcess)
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		tb.Fatal(ErrNoRedisServer)
@@ -202,6 +204,7 @@ func ClusterClient(tb testing.TB, c *redisproc.Cluster) *redis.ClusterClient {
 // failover-timeout 2s) for tb and stops them when tb ends.
 func StartSentinel(tb testing.TB) *redisproc.SentinelSet {
 	tb.Helper()
+	testutil.SkipShort(tb, testutil.MultiProcess)
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		tb.Fatal(ErrNoRedisServer)

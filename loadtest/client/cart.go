@@ -86,7 +86,7 @@ func (a *API) cartCall(ctx context.Context, method, path string, hdr http.Header
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := a.HC.Do(req)
+	resp, err := do(a.HC, req)
 	if err != nil {
 		r.Err, r.Code = err, "transport"
 		if IsTimeout(err) {

@@ -88,7 +88,7 @@ func (a *API) doHeader(ctx context.Context, method, path string, hdr http.Header
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := a.HC.Do(req)
+	resp, err := do(a.HC, req)
 	if err != nil {
 		return 0, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/stockguard/stockguard/internal/netfault"
 	"github.com/stockguard/stockguard/internal/pgproc"
 	"github.com/stockguard/stockguard/internal/redisproc"
+	"github.com/stockguard/stockguard/internal/storefrontbin"
 )
 
 // Config describes the storefront processes of a self-contained run.
@@ -66,17 +67,12 @@ type Cluster struct {
 	more     []*Instance // started by StartInstance
 }
 
-// BuildStorefront builds the storefront binary (the module at root) into dir.
+// BuildStorefront builds the storefront binary (the module at root) into dir: the command's
+// own build (-bin names another), whatever STOCKGUARD_BIN says.
 func BuildStorefront(ctx context.Context, root, dir string) (string, error) {
-	if _, err := os.Stat(filepath.Join(root, "main.go")); err != nil {
-		return "", fmt.Errorf("no storefront main.go in %s", root)
-	}
-	bin := filepath.Join(dir, "stockguard")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
+	bin, err := storefrontbin.Build(ctx, root, dir)
 	if err != nil {
-		return "", fmt.Errorf("go build storefront: %v: %s", err, firstLine(out))
+		return "", fmt.Errorf("build storefront: %s", firstLine([]byte(err.Error())))
 	}
 	return bin, nil
 }

@@ -29,6 +29,11 @@ type Instance struct {
 // PID returns the process id of the instance.
 func (in *Instance) PID() int { return in.cmd.Process.Pid }
 
+// LockProcess returns the process id of the instance's lock Client, as its start-up log line
+// "lock process" named it (locks taken for lock+guard name it: locking.HolderProcess); ""
+// when the storefront logged none (yet).
+func (in *Instance) LockProcess() string { return in.out.lockProcess() }
+
 // Kill ends the process at once with SIGKILL, as a crash would: it releases nothing.
 func (in *Instance) Kill() {
 	_ = in.cmd.Process.Kill()

@@ -11,6 +11,10 @@ import (
 // listeningRE matches the storefront's start-up log line, e.g. msg=listening addr=127.0.0.1:43121.
 var listeningRE = regexp.MustCompile(`msg="?listening"?(?:\s|$).*?\baddr="?([^\s"]+)`)
 
+// lockProcessRE matches the storefront's start-up log line that names its lock Client's
+// process, e.g. msg="lock process" process=3f9c2a...: lock+guard's locks name that process.
+var lockProcessRE = regexp.MustCompile(`msg="lock process".*?\bprocess="?([^\s"]+)`)
+
 // logSink receives a child's output: it copies it to a file, keeps the last lines for error
 // messages, and reports the first "listening" address.
 type logSink struct {
@@ -20,6 +24,7 @@ type logSink struct {
 	last    []string
 	addr    chan string
 	found   bool
+	process string // the lock Client's process id, from the "lock process" line
 }
 
 func (s *logSink) Write(p []byte) (int, error) {
@@ -40,6 +45,11 @@ func (s *logSink) Write(p []byte) (int, error) {
 				s.addr <- m[1]
 			}
 		}
+		if s.process == "" {
+			if m := lockProcessRE.FindStringSubmatch(line); m != nil {
+				s.process = m[1]
+			}
+		}
 		s.last = append(s.last, line)
 		if len(s.last) > 5 {
 			s.last = s.last[1:]
@@ -49,6 +59,13 @@ func (s *logSink) Write(p []byte) (int, error) {
 		s.partial = s.partial[:0]
 	}
 	return len(p), nil
+}
+
+// lockProcess returns the process id the child's "lock process" line named ("" before it).
+func (s *logSink) lockProcess() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.process
 }
 
 func (s *logSink) tail() string {

@@ -63,6 +63,8 @@ type Config struct {
 	MixRounds int           // -chaos mix: > 0 extends each strategy's run past Duration until that many full rounds of faults fired
 	MixSkip   []string      // -chaos mix: fault kinds left out of the schedule (a soak without kill: storefronts that live the whole run)
 
+	Kills int // -chaos kill: kills of the hot lock's holder per strategy's run (the run goes on until they are done)
+
 	LockReplicas int // -chaos failover: --lock-replicas of the instances (replicas that acknowledge each lock)
 
 	// -soak (loadtest/soak): sample every storefront and the Redis during the whole run, judge

@@ -11,13 +11,13 @@ import (
 // bound, e.g. p99<200ms or errors<1%.
 type Threshold struct {
 	Expr   string  `json:"expr"`
-	Metric string  `json:"metric"` // p50, p90, p99, max, mean (ms), errors (%), rps (sends/s)
+	Metric string  `json:"metric"` // p50, p90, p99, max, mean (ms), errors (%), rps (sends/s), gap (ms: -chaos kill's worst sales gap)
 	Op     string  `json:"op"`     // <, <=, >, >=
 	Bound  float64 `json:"bound"`  // in the metric's unit
 }
 
 // ThresholdMetrics are the metrics a -threshold can name, with their unit.
-var ThresholdMetrics = map[string]string{"p50": "ms", "p90": "ms", "p99": "ms", "max": "ms", "mean": "ms", "errors": "%", "rps": "/s"}
+var ThresholdMetrics = map[string]string{"p50": "ms", "p90": "ms", "p99": "ms", "max": "ms", "mean": "ms", "errors": "%", "rps": "/s", "gap": "ms"}
 
 // ThresholdList is the -threshold flag: repeatable, each value one or more comma-separated
 // expressions.
@@ -55,7 +55,7 @@ func ParseThreshold(expr string) (Threshold, error) {
 	s := strings.ReplaceAll(expr, " ", "")
 	i := strings.IndexAny(s, "<>")
 	if i <= 0 {
-		return Threshold{}, fmt.Errorf("threshold %q: want metric<bound or metric>bound (metrics: p50, p90, p99, max, mean, errors, rps)", expr)
+		return Threshold{}, fmt.Errorf("threshold %q: want metric<bound or metric>bound (metrics: p50, p90, p99, max, mean, errors, rps, gap)", expr)
 	}
 	t := Threshold{Expr: s, Metric: strings.ToLower(s[:i]), Op: s[i : i+1]}
 	rest := s[i+1:]
@@ -65,7 +65,7 @@ func ParseThreshold(expr string) (Threshold, error) {
 	}
 	unit, ok := ThresholdMetrics[t.Metric]
 	if !ok {
-		return Threshold{}, fmt.Errorf("threshold %q: unknown metric %q (metrics: p50, p90, p99, max, mean, errors, rps)", expr, t.Metric)
+		return Threshold{}, fmt.Errorf("threshold %q: unknown metric %q (metrics: p50, p90, p99, max, mean, errors, rps, gap)", expr, t.Metric)
 	}
 	var err error
 	switch unit {

@@ -15,6 +15,7 @@ func TestParseThreshold(t *testing.T) {
 		"errors<1%":   {Expr: "errors<1%", Metric: "errors", Op: "<", Bound: 1},
 		"errors<0.5":  {Expr: "errors<0.5", Metric: "errors", Op: "<", Bound: 0.5},
 		"rps>=500":    {Expr: "rps>=500", Metric: "rps", Op: ">=", Bound: 500},
+		"gap<2s":      {Expr: "gap<2s", Metric: "gap", Op: "<", Bound: 2000},
 	} {
 		got, err := ParseThreshold(expr)
 		require.NoError(t, err, expr)

@@ -41,6 +41,7 @@ type Event struct {
 
 	Hang *HangFigures `json:"hang,omitempty"` // -chaos redis-hang and db-hang (hang.go)
 	Mix  *MixSchedule `json:"mix,omitempty"`  // -chaos mix: the faults fired (mix.go)
+	Kill *KillFigures `json:"kill,omitempty"` // -chaos kill: every kill and its sales gap (kill.go)
 	// -chaos pause: the hot item's lock as the instances' event streams told it (lanes.go)
 	Lanes *Lanes `json:"lanes,omitempty"`
 }
@@ -91,6 +92,9 @@ func (ev *Event) mark(start time.Time, format string, a ...any) float64 {
 func (ev *Event) Settle(start time.Time, purchases []*client.Purchase, orders []client.Order, instances int, hotID int64) {
 	if ev == nil || ev.FaultAt == 0 {
 		return
+	}
+	if ev.Kill != nil {
+		ev.Kill.settle(start, purchases, instances, hotID)
 	}
 	mode, _ := ModeOf(ev.Mode)
 	fault := start.Add(time.Duration(ev.FaultAt * float64(time.Second)))
@@ -178,7 +182,12 @@ func (ev *Event) Settle(start time.Time, purchases []*client.Purchase, orders []
 // faultString describes the event of a fault other than a pause (of mode m).
 func (e *Event) faultString(m Mode) string {
 	var b strings.Builder
-	if e.Mode == ChaosMix {
+	if e.Kill != nil {
+		b.WriteString("kill: " + e.Kill.String())
+		if e.Note != "" {
+			b.WriteString("; " + e.Note)
+		}
+	} else if e.Mode == ChaosMix {
 		b.WriteString("mix")
 		if e.Note != "" {
 			b.WriteString(": " + e.Note)

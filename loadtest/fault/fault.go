@@ -88,6 +88,8 @@ type Chaos struct {
 	mixSkip []string
 	// -chaos failover: the instances' --lock-replicas (failover.go)
 	lockReplicas int
+	// -chaos kill: the kills of the hot lock's holder per strategy's run (kill.go)
+	kills int
 }
 
 // Target is the strategy's run a fault is brought to.
@@ -95,7 +97,8 @@ type Target struct {
 	Strategy storeapi.Strategy // as the server describes it
 	HotID    int64             // the hot item
 	Round    int               // the run's number
-	// Rounds, when not nil, is closed by -chaos mix once cfg.MixRounds full rounds fired (or
+	// Rounds, when not nil, is closed by -chaos kill once its kills are done, and by -chaos
+	// mix once cfg.MixRounds full rounds fired (or
 	// the schedule ended): the run goes on until then.
 	Rounds chan struct{}
 }
@@ -104,7 +107,7 @@ type Target struct {
 // with the settings of cfg. Close releases it.
 func NewChaos(mode Mode, cl *cluster.Cluster, apis []*client.API, cfg config.Config) *Chaos {
 	c := &Chaos{mode: mode, cluster: cl, apis: apis, lease: cfg.Lease, hangFor: cfg.HangFor, onRedisDown: cfg.OnRedisDown,
-		mixGap: cfg.MixGap, mixRounds: cfg.MixRounds, mixSkip: cfg.MixSkip, lockReplicas: cfg.LockReplicas}
+		mixGap: cfg.MixGap, mixRounds: cfg.MixRounds, mixSkip: cfg.MixSkip, lockReplicas: cfg.LockReplicas, kills: cfg.Kills}
 	if cl.Redis != nil {
 		c.rdb = cl.Redis.Client()
 	}
@@ -122,8 +125,10 @@ func (c *Chaos) Close() {
 func (c *Chaos) Mode() Mode { return c.mode }
 
 // WaitsForRounds reports whether a run goes on until the mix schedule fired -mix-rounds full
-// rounds (Target.Rounds).
-func (c *Chaos) WaitsForRounds() bool { return c.mode.Name == ChaosMix && c.mixRounds > 0 }
+// rounds, or -chaos kill its -kills (Target.Rounds).
+func (c *Chaos) WaitsForRounds() bool {
+	return c.mode.Name == ChaosMix && c.mixRounds > 0 || c.mode.Name == ChaosKill
+}
 
 // Bring waits a little into the run (200 ms; 20 ms for a strategy that takes a lock), then
 // brings the mode's fault. It returns early, without a fault, when stop closes first. It never

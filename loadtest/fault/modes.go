@@ -24,6 +24,7 @@ const (
 	ChaosMix       = "mix"
 	ChaosRedisHang = "redis-hang"
 	ChaosDBHang    = "db-hang"
+	ChaosKill      = "kill"
 )
 
 // Mode is one fault the load test can bring to every strategy's run: what it does, what it
@@ -190,6 +191,31 @@ var chaosModes = []Mode{
 			if !set["check-timeout"] {
 				// A minute of faults leaves thousands of operations of unknown outcome (lost
 				// answers), which Porcupine must place both ways: 30s is too short for them.
+				c.CheckTimeout = 2 * time.Minute
+			}
+		},
+	},
+	{
+		Name: ChaosKill,
+		Help: "kill -9 the instance whose process holds the hot item's lock and start it again, -kills times, each once selling resumed; " +
+			"reports each kill's sales gap (from the kill to the next 201 of the hot item on a survivor, the -threshold metric gap); " +
+			"the storefront's production lease (30s) unless -lease is given (kill.go)",
+		Safe:     []Class{ClassSafe, ClassLock}, // a dead holder writes nothing: lock waits out its lease, and sells nothing twice
+		LockOnly: true,
+		Fault:    modeFault{name: ChaosKill, topology: "", inject: (*Chaos).killHolders},
+		Judge:    judgeKill,
+		Defaults: func(c *config.Config, set map[string]bool) {
+			// The run goes on past its duration until the kills are done (Target.Rounds).
+			faultDuration(c, set, 5*time.Second)
+			if !set["stock"] {
+				c.Stock = 1_000_000 // stock that lasts every kill
+			}
+			if !set["lease"] {
+				c.Lease = 30 * time.Second // the storefront's own default (its --lock-wait stays 5s)
+			}
+			if !set["check-timeout"] {
+				// Every request that died with a killed instance is of unknown outcome, which
+				// Porcupine must place both ways.
 				c.CheckTimeout = 2 * time.Minute
 			}
 		},

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/stockguard/stockguard/loadtest/config"
 )
@@ -30,6 +31,13 @@ func metricOf(t config.Threshold, s StrategyResult) float64 {
 			errs += n
 		}
 		return 100 * float64(errs) / float64(max(s.Sends, 1))
+	case "gap":
+		// -chaos kill: the worst sales gap after a kill of the hot lock's holder; +Inf
+		// (missed) in a run without kills or after a kill no survivor sold.
+		if s.Chaos == nil {
+			return math.Inf(1)
+		}
+		return s.Chaos.Kill.WorstGapMS()
 	}
 	return s.ReqPerSec
 }

@@ -86,6 +86,7 @@ func ParseConfig(args []string, stderr io.Writer) (config.Config, error) {
 	fs.IntVar(&c.MaxPurchases, "max-purchases", 64, "-chaos db-hang: --max-purchases of the instances (-concurrency defaults to 2x it per instance)")
 	fs.DurationVar(&c.MixGap, "mix-gap", fault.DefaultMixGap, "-chaos mix: the pause before each fault is drawn between this and twice it")
 	fs.StringVar(&mixSkip, "mix-skip", "", "-chaos mix: fault kinds left out of the schedule, comma-separated (of: "+strings.Join(fault.MixKinds(), ", ")+"); -soak -mix-skip kill keeps every storefront alive the whole run")
+	fs.IntVar(&c.Kills, "kills", 3, "-chaos kill: kills of the hot lock's holder per strategy's run; the run goes on past -duration until they are done")
 	fs.IntVar(&c.MixRounds, "mix-rounds", 0, "-chaos mix: run each strategy past -duration until this many full rounds of every fault kind fired (0: -duration alone)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -238,6 +239,10 @@ func validate(c *config.Config) error {
 		return usageErr("-mix-skip: the fault kinds of -chaos mix are %s, got %s", strings.Join(fault.MixKinds(), ", "), strings.Join(c.MixSkip, ","))
 	case len(c.MixSkip) > 0 && isSubset(fault.MixKindsOffered(c.DB == cluster.DBPostgres), c.MixSkip):
 		return usageErr("-mix-skip leaves no fault kind to -chaos mix (with -db %s: %s)", cmp.Or(c.DB, cluster.DBSQLite), strings.Join(fault.MixKindsOffered(c.DB == cluster.DBPostgres), ", "))
+	case c.Chaos == fault.ChaosKill && (c.Kills < 1 || c.Kills > 1000):
+		return usageErr("-kills must be 1..1000, got %d", c.Kills)
+	case c.Chaos == fault.ChaosKill && slices.Contains(c.Routes, config.RouteItem):
+		return usageErr("-chaos kill measures the sales gap on the survivors of a round-robin route (-route item sends every purchase of the hot item to one instance)")
 	case c.MixRounds < 0 || c.MixRounds > 100:
 		return usageErr("-mix-rounds must be 0..100, got %d", c.MixRounds)
 	case c.MixRounds > 0 && c.Chaos != fault.ChaosMix:

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockguard/stockguard/internal/storefrontbin"
 	"github.com/stockguard/stockguard/internal/verdict"
 	"github.com/stockguard/stockguard/loadtest/checks"
 	"github.com/stockguard/stockguard/loadtest/config"
@@ -84,11 +84,8 @@ func soakArgs(bin string, more ...string) []string {
 func TestSoakCatchesALeak(t *testing.T) {
 	testkit.NeedStorefront(t)
 	testkit.NeedClock(t)
-	bin := filepath.Join(t.TempDir(), "stockguard-leaktest")
-	build := exec.Command("go", "build", "-tags", "leaktest", "-o", bin, ".")
-	build.Dir = filepath.Join("..", "..")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build -tags leaktest: %s", out)
+	bin, err := storefrontbin.Shared(context.Background(), filepath.Join("..", ".."), t.TempDir(), "leaktest") // STOCKGUARD_BIN_LEAKTEST when make test built it
+	require.NoError(t, err)
 
 	cfg, err := ParseConfig(soakArgs(bin, "-mix-skip", "kill", "-soak-every", "500ms", "-soak-warmup", "2s"), io.Discard)
 	require.NoError(t, err)

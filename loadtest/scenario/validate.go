@@ -32,8 +32,10 @@ func validateWorkloads(c *config.Config) error {
 			continue
 		case c.Rate > 0 || c.Perf || c.Scenario != "":
 			return usageErr("-workload %s runs the closed model of the strategy comparison (no -rate, -perf or -scenario)", w)
-		case c.Chaos != fault.ChaosNone && c.Chaos != fault.ChaosPause && c.Chaos != fault.ChaosMix:
-			return usageErr("-workload %s runs with no fault, -chaos pause or -chaos mix, got -chaos %s", w, c.Chaos)
+		case c.Chaos == fault.ChaosKill && w != config.WorkloadCart:
+			return usageErr("-chaos kill runs -workload purchase or cart (the carts' gaps: checkouts with the hot item), got -workload %s", w)
+		case c.Chaos != fault.ChaosNone && c.Chaos != fault.ChaosPause && c.Chaos != fault.ChaosMix && c.Chaos != fault.ChaosKill:
+			return usageErr("-workload %s runs with no fault, -chaos pause, -chaos kill or -chaos mix, got -chaos %s", w, c.Chaos)
 		case c.CartSingles < 0 || c.CartSingles > 1:
 			return usageErr("-cart-singles must be 0..1, got %g", c.CartSingles)
 		case w == config.WorkloadHolds && (c.HoldTTL < time.Second || c.HoldTTL > time.Hour):

@@ -228,7 +228,7 @@ func lineOutcome(r client.CartResult, id int64) linearize.Outcome {
 		}
 		return linearize.Refused{Code: "another line short"}
 	}
-	return linearize.PurchaseOutcome(r.Status, r.Code, 0)
+	return outcomeOf(r.Err, linearize.PurchaseOutcome(r.Status, r.Code, 0))
 }
 
 // recordCart counts one answer of a checkout or a hold request in the latency histogram and

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -38,8 +39,21 @@ func (w *Workload) recorded(req client.PurchaseReq, send func() client.PurchaseR
 	}
 	call := w.rec.Begin(linearize.Purchase{Item: req.ItemID, Quantity: req.Quantity, Key: req.Key})
 	r := send()
-	call.End(linearize.PurchaseOutcome(r.Status, r.Code, r.Receipt.Remaining))
+	call.End(outcomeOf(r.Err, linearize.PurchaseOutcome(r.Status, r.Code, r.Receipt.Remaining)))
 	return r
+}
+
+// outcomeOf is what an attempt promises: out, its answer's outcome, unless no byte of it was
+// written (client.ErrNotSent: its connection was refused, the instance is down, as after a
+// kill -9): then it had no effect, which the history knows, instead of an outcome it must
+// place both ways (a storefront killed -chaos kill's way refuses its buyers' connections for
+// the seconds of its restart, to thousands of attempts). A request written once stays of
+// unknown outcome, whatever the error of a later try.
+func outcomeOf(err error, out linearize.Outcome) linearize.Outcome {
+	if errors.Is(err, client.ErrNotSent) {
+		return linearize.Refused{Code: "not sent: connection refused"}
+	}
+	return out
 }
 
 // read asks a for the stock of item id (GET /api/items/:id) and records it in the history.

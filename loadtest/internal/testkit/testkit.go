@@ -16,6 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 // Storefront is the storefront binary a package's TestMain built (Main); SkipReason says why
@@ -23,7 +26,8 @@ import (
 var Storefront, SkipReason string
 
 // Main is a TestMain: it builds the storefront at root (the module's directory, relative to
-// the package under test) once, runs the tests, and fails the run when a goroutine leaked.
+// the package under test) once, or takes the one STOCKGUARD_BIN names (make test's, built once
+// per run: internal/storefrontbin), runs the tests, and fails the run when a goroutine leaked.
 func Main(m *testing.M, root string) int {
 	dir, err := os.MkdirTemp("", "loadtest-bin-*")
 	if err != nil {
@@ -33,10 +37,10 @@ func Main(m *testing.M, root string) int {
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	if testing.Short() {
-		SkipReason = "self-contained runs take a while; skipped with -short"
+		SkipReason = "-short skips the " + testutil.MultiProcess + " tests (make test runs them): self-contained runs start several storefronts"
 	} else if _, err := os.Stat(filepath.Join(root, "main.go")); err != nil {
 		SkipReason = "the storefront's main.go is not there yet: self-contained runs skipped"
-	} else if Storefront, err = build(ctx, root, dir); err != nil {
+	} else if Storefront, err = storefrontbin.Shared(ctx, root, dir); err != nil { // make test's build when STOCKGUARD_BIN names it
 		SkipReason = "the storefront does not build yet: " + err.Error()
 	}
 	cancel()
@@ -49,18 +53,6 @@ func Main(m *testing.M, root string) int {
 		}
 	}
 	return code
-}
-
-// build builds the storefront at root into dir (cluster.BuildStorefront, which the tests of
-// package cluster cannot reach through this package).
-func build(ctx context.Context, root, dir string) (string, error) {
-	bin := filepath.Join(dir, "stockguard")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build storefront: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	return bin, nil
 }
 
 // NeedStorefront skips the test when Main could not build the storefront.

@@ -1,6 +1,6 @@
 //go:build leaktest
 
-package main
+package handlers
 
 import (
 	"context"
@@ -9,15 +9,15 @@ import (
 	"strings"
 )
 
-// leakTag is the build tag of this file.
-const leakTag = "leaktest"
+// LeakTag is the build tag of this file.
+const LeakTag = "leaktest"
 
-// leakPurchases makes the storefront keep one goroutine per purchase it answers (a single
+// LeakPurchases makes the storefront keep one goroutine per purchase it answers (a single
 // purchase or a cart checkout), each blocked until the server stops (ctx ends): a leak on
 // purpose, for the load test's soak to catch (go_goroutines grows with the purchases). Only
 // `go build -tags leaktest` builds it; it logs a warning at start.
-func leakPurchases(ctx context.Context, h http.Handler, logger *slog.Logger) http.Handler {
-	logger.Warn("built with -tags " + leakTag + ": one goroutine is kept per purchase until shutdown (a test-only leak)")
+func LeakPurchases(ctx context.Context, h http.Handler, logger *slog.Logger) http.Handler {
+	logger.Warn("built with -tags " + LeakTag + ": one goroutine is kept per purchase until shutdown (a test-only leak)")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r)
 		if isPurchase(r) {
