@@ -82,7 +82,7 @@ func labSupervise(stderr io.Writer) serveFunc {
 			// to read (ps).
 			Env:        append(env, envOf["admin-token"]+"="+token, labInstanceEnv+"=1"),
 			AdminToken: token, RequireToken: cfg.exposed(),
-			Lease: cfg.lockLease, PauseFor: cfg.stallFor(), Output: stderr, Logger: logger,
+			Lease: cfg.lockLease, LockWait: cfg.lockWait, PauseFor: cfg.stallFor(), Output: stderr, Logger: logger,
 			Notice: func(msg string, args ...any) { notice(logger, msg, args...) },
 		})
 		defer sup.Stop(cfg.shutdownTimeout + 5*time.Second)
@@ -96,7 +96,7 @@ func labSupervise(stderr io.Writer) serveFunc {
 		if err := listenAndServe(sctx, cfg, sup.Handler(), logger); err != nil {
 			return err
 		}
-		if ctx.Err() == nil { // not a shutdown: an instance exited on its own
+		if ctx.Err() == nil { // not a shutdown: an instance exited right after its start, or could not start again
 			return context.Cause(sctx)
 		}
 		return nil

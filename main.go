@@ -359,6 +359,6 @@ func announceDemo(logger *slog.Logger, cfg config, addr net.Addr) {
 	notice(logger, "open "+page, "url", "http://"+net.JoinHostPort(host, port)+"/")
 	if cfg.exposed() {
 		notice(logger, "demo mode on a non-loopback address: anyone who reaches it may buy and read; "+
-			"the lab's run, pause and reset and /debug/pprof/ need Authorization: Bearer <admin token>", "addr", cfg.addr)
+			"the lab's run, pause, kill, lease, kill lesson and reset and /debug/pprof/ need Authorization: Bearer <admin token>", "addr", cfg.addr)
 	}
 }

@@ -120,7 +120,7 @@ func TestDemoStorefrontServesTheLab(t *testing.T) {
 	assert.Equal(t, 0, s.shutdown())
 }
 
-// On an address beyond loopback the demo is exposed: the lab's run, pause and reset, and the
+// On an address beyond loopback the demo is exposed: the lab's run, pause, kill, lease, kill lesson and reset, and the
 // profiles, of the supervisor and of its instances under /i/, take the admin token; reading
 // and buying do not. It says so at start-up.
 func TestDemoExposedNeedsToken(t *testing.T) {
@@ -141,6 +141,9 @@ func TestDemoExposedNeedsToken(t *testing.T) {
 		{"POST", "/i/0/api/lab/reset", "{}"},
 		{"POST", "/i/0//api/lab/reset", "{}"},
 		{"POST", "/api/lab/pause", `{"item":1}`},
+		{"POST", "/api/lab/kill", `{"item":1}`},
+		{"POST", "/api/lab/lease", `{"lease_ms":10000}`},
+		{"POST", "/api/lab/takeover", `{"items":[1,2],"buyers":1,"work_ms":0,"quantity":1}`},
 		{"POST", "/api/lab/run", `{"strategy":"naive","buyers":1,"work_ms":0,"quantity":1,"item":1,"fault":""}`},
 		{"GET", "/i/0/debug/pprof/", ""},
 		{"GET", "/i/0/debug/pprof/cmdline", ""},

@@ -2,8 +2,8 @@
 
 // Package lab is stockguard's lock lab: a page that fires bursts of buyers at one item across
 // storefront instances and draws their locks, leases and fences from each instance's event
-// stream, with faults to inject (a stalled holder, a SIGSTOPped holder, a holder that dies
-// between SETNX and EXPIRE).
+// stream, with faults to inject (a stalled holder, a SIGSTOPped holder, a holder killed with
+// SIGKILL, a holder that dies between SETNX and EXPIRE).
 //
 // It plugs into the storefront from outside: Storefront adds the event hub, the faults and
 // the demo strategies' locks to one --demo storefront process (through inventory's and
@@ -22,12 +22,16 @@
 //	POST /api/lab/checkout           a cart of a demo cart strategy, with the barrier fault
 //	                                 (one storefront process; carts.go)
 //	POST /api/lab/pause              SIGSTOP an item's lock holder (supervisor only)
+//	POST /api/lab/kill               SIGKILL an item's lock holder, started again (supervisor only)
+//	POST /api/lab/lease              start the instances again with another lease (supervisor only)
+//	POST /api/lab/takeover           the kill lesson: lock+guard and lock side by side, each
+//	                                 item's holder killed at once (supervisor only)
 //	POST /api/lab/reset              the lab catalogue (one storefront process)
 //	ANY  /i/:index/*path             instance index's API (supervisor only)
 //	GET  /readyz                     every instance's own /readyz (supervisor only; a
 //	                                 storefront process answers its own)
 //
-// Run, carts, pause and reset, and an instance's lab POSTs and profiles under /i/, take the
+// Run, carts, pause, kill, lease, takeover and reset, and an instance's lab POSTs and profiles under /i/, take the
 // admin token when the demo listens beyond loopback (StorefrontConfig.RequireToken,
 // SupervisorConfig.RequireToken); on loopback they take none. A process's own
 // /api/lab/checkout sells, as a purchase does: it takes no token.
@@ -85,6 +89,10 @@ var (
 		Message: "no instance holds the item's lock"}
 	errPauseUnsupported = &handlers.Error{Status: http.StatusConflict, Code: "pause_unsupported",
 		Message: "pausing a lock holder needs --instances N: a process holding a lock cannot resume itself, so the supervisor sends the signals"}
+	errKillUnsupported = &handlers.Error{Status: http.StatusConflict, Code: "kill_unsupported",
+		Message: "killing a lock holder needs --instances N: the supervisor kills the holder and starts it again"}
+	errLeaseUnsupported = &handlers.Error{Status: http.StatusConflict, Code: "lease_unsupported",
+		Message: "changing the lab's lease needs --instances N: a storefront takes its lease at start, so the supervisor starts its instances again with the new one"}
 )
 
 // Catalogue is what the lab needs of the inventory service (*inventory.Service): the lab
@@ -128,13 +136,17 @@ func (l *api) check() gin.HandlerFunc {
 // labInfo is the answer of GET /api/lab.
 type labInfo struct {
 	Instances []Instance `json:"instances"`
-	LeaseMS   float64    `json:"lease_ms"`
+	LeaseMS   float64    `json:"lease_ms"` // the instances' lease now
+	// StartLeaseMS is the lease the lab was started with (the page's default).
+	StartLeaseMS float64 `json:"start_lease_ms"`
 	// PitfallLeaseMS is the fixed lease of the pitfall locks (PitfallLease).
 	PitfallLeaseMS float64 `json:"pitfall_lease_ms"`
-	Pause          bool    `json:"pause"`      // Pause holder is offered
-	PauseNote      string  `json:"pause_note"` // why not, when it is not
-	// TokenRequired: run, pause and reset need "Authorization: Bearer <admin token>" (a
-	// demo that listens beyond loopback).
+	// Pause holder is offered (and kill -9, and the lease: all need the supervisor); why not,
+	// when it is not.
+	Pause     bool   `json:"pause"`
+	PauseNote string `json:"pause_note"`
+	// TokenRequired: the lab's routes that act (run, carts, pause, kill, lease, takeover,
+	// reset) need "Authorization: Bearer <admin token>" (a demo that listens beyond loopback).
 	TokenRequired bool `json:"token_required"`
 }
 
@@ -156,6 +168,9 @@ func (l *api) routes(r gin.IRoutes) {
 	r.POST("/api/lab/run", guarded(l.run)...)
 	r.POST("/api/lab/carts", guarded(l.carts)...)
 	r.POST("/api/lab/pause", guarded(l.pause)...)
+	r.POST("/api/lab/kill", guarded(l.kill)...)
+	r.POST("/api/lab/lease", guarded(l.setLease)...)
+	r.POST("/api/lab/takeover", guarded(l.takeover)...)
 	if l.cat != nil {
 		r.POST("/api/lab/reset", guarded(l.reset)...)
 	}
@@ -175,7 +190,12 @@ func (l *api) instances(c *gin.Context) []Instance {
 }
 
 func (l *api) info(c *gin.Context) {
-	info := labInfo{Instances: l.instances(c), LeaseMS: ms(l.lease), PitfallLeaseMS: ms(PitfallLease(l.lease)), Pause: l.sup != nil, TokenRequired: l.guard != nil}
+	lease := l.lease
+	if l.sup != nil {
+		lease = l.sup.Lease()
+	}
+	info := labInfo{Instances: l.instances(c), LeaseMS: ms(lease), StartLeaseMS: ms(l.lease), PitfallLeaseMS: ms(PitfallLease(lease)),
+		Pause: l.sup != nil, TokenRequired: l.guard != nil}
 	if l.sup == nil {
 		info.PauseNote = errPauseUnsupported.Error()
 	}

@@ -38,8 +38,13 @@ func (l *api) proxy(c *gin.Context) {
 		handlers.WriteError(c, errNoInstance)
 		return
 	}
+	if insts[idx].URL == "" { // started again after it exited, not listening yet
+		handlers.WriteError(c, &handlers.Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
+			Message: fmt.Sprintf("lab instance %d is starting", idx), RetryAfter: true})
+		return
+	}
 	target, err := url.Parse(insts[idx].URL)
-	if err != nil || insts[idx].URL == "" {
+	if err != nil {
 		handlers.WriteError(c, errNoInstance)
 		return
 	}

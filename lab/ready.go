@@ -64,6 +64,10 @@ func (s *Supervisor) readyz(c *gin.Context) {
 // instanceReady asks one instance's /readyz.
 func (s *Supervisor) instanceReady(ctx context.Context, in Instance) instanceReady {
 	r := instanceReady{Index: in.Index, PID: in.PID}
+	if in.URL == "" {
+		r.Detail = "starting (started again after it exited)"
+		return r
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, in.URL+"/readyz", nil)
 	if err != nil {
 		r.Detail = err.Error()

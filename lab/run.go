@@ -34,6 +34,7 @@ const (
 	faultNone  = ""
 	faultStall = "stall" // the first buyer stalls before its write (X-Fault, faults.go)
 	faultPause = "pause" // the supervisor SIGSTOPs the item's lock holder during the burst
+	faultKill  = "kill"  // the supervisor SIGKILLs the item's lock holder during the burst, and starts it again
 	faultCrash = "crash" // the first buyer of setnx-expire dies between SETNX and EXPIRE (X-Fault), alone, before the others start
 )
 
@@ -62,19 +63,31 @@ type labRunResult struct {
 	LostUpdates int            `json:"lost_updates"` // units sold that the stock does not show, or the reverse
 	Verdict     string         `json:"verdict"`
 	Paused      *Paused        `json:"paused,omitempty"`
-	Note        string         `json:"note,omitempty"`
+	Killed      []Killed       `json:"killed,omitempty"`
+	// GapMS is, after a kill, the time from the SIGKILL to the first purchase of the item an
+	// instance that was not killed answered 201 (the sales gap); absent when none did.
+	GapMS *float64 `json:"gap_ms,omitempty"`
+	Note  string   `json:"note,omitempty"`
 }
 
 // run answers POST /api/lab/run: a burst of purchases, round-robin across the instances,
 // with the chosen fault; it answers once every buyer has its answer.
 func (l *api) run(c *gin.Context) {
 	serveRun(c, func(req labRunRequest) error {
-		if req.Fault == faultPause && l.sup == nil {
+		switch {
+		case req.Fault == faultPause && l.sup == nil:
 			return errPauseUnsupported
+		case req.Fault == faultKill && l.sup == nil:
+			return errKillUnsupported
 		}
 		return nil
 	}, func(ctx context.Context, req labRunRequest) (labRunResult, error) {
-		return l.burst(ctx, l.instances(c), req)
+		return l.burst(ctx, l.instances(c), req, func(ctx context.Context) ([]Killed, string) {
+			if takes, known := l.takesLock(ctx, l.instances(c)[0].URL, req.Strategy); known && !takes {
+				return nil, "nothing to kill: the strategy takes no lock, so no instance holds one"
+			}
+			return l.killHolders(ctx, []int64{req.Item})
+		})
 	})
 }
 
@@ -122,8 +135,8 @@ func (r labRunRequest) validate() error {
 		return invalidField("quantity", fmt.Sprintf("an integer from 1 to %d", inventory.MaxQuantity), r.Quantity)
 	case r.Item < 1:
 		return invalidField("item", "a positive item id", r.Item)
-	case r.Fault != faultNone && r.Fault != faultStall && r.Fault != faultPause && r.Fault != faultCrash:
-		return fmt.Errorf("%w: fault must be \"\", %q, %q or %q, got %q", inventory.ErrInvalid, faultStall, faultPause, faultCrash, r.Fault)
+	case r.Fault != faultNone && r.Fault != faultStall && r.Fault != faultPause && r.Fault != faultKill && r.Fault != faultCrash:
+		return fmt.Errorf("%w: fault must be \"\", %q, %q, %q or %q, got %q", inventory.ErrInvalid, faultStall, faultPause, faultKill, faultCrash, r.Fault)
 	case r.Fault == faultCrash && r.Strategy != inventory.StrategySetnxExpire:
 		return fmt.Errorf("%w: the crash fault applies to %s only", inventory.ErrInvalid, inventory.StrategySetnxExpire)
 	}
@@ -140,10 +153,17 @@ func invalidField(field, want string, got any) error {
 	return fmt.Errorf("%w: %s must be %s, got %v", inventory.ErrInvalid, field, want, got)
 }
 
-// answer is what one buyer was told.
-type answer struct{ code, message string }
+// answer is what one buyer was told, by which instance, when.
+type answer struct {
+	code, message string
+	inst          int
+	at            time.Time
+}
 
-func (l *api) burst(ctx context.Context, insts []Instance, req labRunRequest) (labRunResult, error) {
+// burst runs req's buyers round-robin across insts, with its fault; kill, for the kill fault,
+// kills the holder (or the holders of several items at once: the kill lesson) and returns
+// every instance it killed.
+func (l *api) burst(ctx context.Context, insts []Instance, req labRunRequest, kill func(context.Context) ([]Killed, string)) (labRunResult, error) {
 	res := labRunResult{labRunRequest: req, Answers: map[string]int{}}
 	first := insts[0].URL
 	before, err := l.itemStats(ctx, first, req.Item)
@@ -157,14 +177,14 @@ func (l *api) burst(ctx context.Context, insts []Instance, req labRunRequest) (l
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers <- l.purchase(ctx, insts[i%len(insts)].URL, req, fault)
+			answers <- l.purchase(ctx, insts[i%len(insts)], req, fault)
 		}()
 	}
 	next := 0
 	if req.Fault == faultCrash {
 		// The crashing buyer goes first and alone, and answers at once (it died holding the
 		// key it set without a TTL); then the others meet that key.
-		answers <- l.purchase(ctx, first, req, faultCrash)
+		answers <- l.purchase(ctx, insts[0], req, faultCrash)
 		next = 1
 	}
 	if req.Fault == faultStall {
@@ -177,17 +197,32 @@ func (l *api) burst(ctx context.Context, insts []Instance, req labRunRequest) (l
 	for i := next; i < req.Buyers; i++ {
 		buy(i, faultNone)
 	}
-	if req.Fault == faultPause {
+	var killed []Killed
+	switch req.Fault {
+	case faultPause:
 		res.Paused, res.Note = l.pauseHolder(ctx, first, req)
+	case faultKill:
+		killed, res.Note = kill(ctx)
+		for _, k := range killed {
+			if k.Item == req.Item {
+				res.Killed = append(res.Killed, k)
+			}
+		}
 	}
 	wg.Wait()
 	close(answers)
 	var invalid *answer
+	var all []answer
 	for a := range answers {
 		res.Answers[a.code]++
 		if a.code == "invalid_request" && invalid == nil {
 			invalid = &a
 		}
+		all = append(all, a)
+	}
+	res.GapMS = salesGap(killed, all)
+	if len(killed) > 0 {
+		first = l.liveBase(ctx, killed) // the first instance may be the one killed
 	}
 	if invalid != nil && res.Answers["invalid_request"] == req.Buyers {
 		// The storefront's own answer, already worded "invalid request: ...".
@@ -212,8 +247,55 @@ func (l *api) burst(ctx context.Context, insts []Instance, req labRunRequest) (l
 	return res, nil
 }
 
-// purchase sends one purchase of the run to the instance at base.
-func (l *api) purchase(ctx context.Context, base string, req labRunRequest, fault string) answer {
+// salesGap returns the time from the kill to the first 201 answered by an instance that
+// was not killed, in ms; nil without a kill or without such an answer.
+func salesGap(killed []Killed, answers []answer) *float64 {
+	if len(killed) == 0 {
+		return nil
+	}
+	dead := map[int]bool{}
+	for _, k := range killed {
+		dead[k.Instance] = true
+	}
+	at := killed[0].AtMS
+	var gap *float64
+	for _, a := range answers {
+		if t := unixMS(a.at); a.code == "created" && !dead[a.inst] && t > at && (gap == nil || t-at < *gap) {
+			g := t - at
+			gap = &g
+		}
+	}
+	return gap
+}
+
+// liveBase returns the URL of an instance whose process was not killed (a survivor, or one
+// started again), to read the item's numbers after a kill: a killed one's URL is gone. It
+// waits for one to be back when every instance was killed.
+func (l *api) liveBase(ctx context.Context, killed []Killed) string {
+	dead := map[int]bool{}
+	for _, k := range killed {
+		dead[k.PID] = true
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 40*time.Second)
+	defer cancel()
+	for {
+		for _, in := range l.sup.Instances() {
+			if in.URL != "" && !dead[in.PID] {
+				return in.URL
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// purchase sends one purchase of the run to the instance in.
+func (l *api) purchase(ctx context.Context, in Instance, req labRunRequest, fault string) (a answer) {
+	defer func() { a.inst, a.at = in.Index, time.Now() }()
+	base := in.URL
 	body := []byte(`{"quantity":` + strconv.Itoa(req.Quantity) + `}`)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost,
 		base+"/api/items/"+strconv.FormatInt(req.Item, 10)+"/purchase", bytes.NewReader(body))

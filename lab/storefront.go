@@ -27,8 +27,9 @@ type StorefrontConfig struct {
 	StallFor time.Duration
 	// Strategy is the storefront's default strategy (a purchase without X-Strategy).
 	Strategy string
-	// RequireToken makes the lab's run, pause and reset take the admin token
-	// (handlers.Config.AdminToken): set it when the storefront listens beyond loopback.
+	// RequireToken makes the lab's routes that act (run, carts, pause, kill, lease, takeover,
+	// reset) take the admin token (handlers.Config.AdminToken): set it when the storefront
+	// listens beyond loopback.
 	RequireToken bool
 }
 

@@ -40,8 +40,8 @@ type SupervisorConfig struct {
 	Args       []string
 	Env        []string
 	// AdminToken is the instances' admin token; with RequireToken (a supervisor listening
-	// beyond loopback) the lab's run, pause and reset, and the instances' lab routes and
-	// profiles under /i/, take it.
+	// beyond loopback) the lab's routes that act (run, carts, pause, kill, lease, takeover),
+	// and the instances' lab routes and profiles under /i/, take it.
 	AdminToken   string
 	RequireToken bool
 	// Instances is how many storefront processes to start (at least one).
@@ -49,9 +49,10 @@ type SupervisorConfig struct {
 	// Redis is the instances' Redis: the supervisor confirms a lock holder in it before it
 	// leaves the holder paused.
 	Redis redis.UniversalClient
-	// Lease is the instances' lock lease (shown by the page); PauseFor how long a paused
-	// holder stays stopped (three leases, so that its lease runs out).
-	Lease, PauseFor time.Duration
+	// Lease is the instances' lock lease (shown by the page) as Args give it, and LockWait
+	// their lock wait; PauseFor how long a paused holder stays stopped (three leases, so that
+	// its lease runs out). SetLease starts the instances again with another lease.
+	Lease, LockWait, PauseFor time.Duration
 	// Output receives the instances' log lines, each prefixed with "instance=N ".
 	Output io.Writer
 	// Logger logs the supervisor's own events; Notice, when not nil, its start-up lines
@@ -68,7 +69,7 @@ type SupervisorConfig struct {
 //
 //	GET  /, /static/*               the lab page
 //	GET  /api/lab                   the instances, the lease, and that Pause is offered
-//	POST /api/lab/run, /api/lab/carts, /api/lab/pause
+//	POST /api/lab/run, /api/lab/carts, /api/lab/pause, /api/lab/kill, /api/lab/lease, /api/lab/takeover
 //	ANY  /i/:index/*path            instance index's API (e.g. /i/0/api/events)
 //	GET  /healthz
 //	GET  /readyz                    200 when every instance answers its own /readyz with 200,
@@ -76,11 +77,17 @@ type SupervisorConfig struct {
 type Supervisor struct {
 	cfg      SupervisorConfig
 	rdb      redis.UniversalClient
-	pauseFor time.Duration
 	log      *slog.Logger
 	hc       *http.Client
-	children []*child
+	children []*child        // set by Start
 	running  context.Context // Start's: it ends as shutdown begins, and the proxied event streams with it
+	fail     context.CancelCauseFunc
+	out      *lockedWriter
+	relaunch sync.Mutex // one change of lease at a time (lease.go)
+
+	mu       sync.Mutex
+	stopping bool          // Stop has begun: no instance starts
+	lease    time.Duration // the instances' lease now (SetLease)
 }
 
 // NewSupervisor returns a supervisor of cfg.Instances storefronts, none started yet.
@@ -92,7 +99,7 @@ func NewSupervisor(cfg SupervisorConfig) *Supervisor {
 	if cfg.Output == nil {
 		cfg.Output = io.Discard
 	}
-	return &Supervisor{cfg: cfg, rdb: cfg.Redis, pauseFor: cfg.PauseFor, log: logger, hc: &http.Client{Timeout: time.Second}}
+	return &Supervisor{cfg: cfg, rdb: cfg.Redis, lease: cfg.Lease, log: logger, hc: &http.Client{Timeout: time.Second}}
 }
 
 // Handler returns the supervisor's HTTP handler (see Supervisor).
@@ -107,67 +114,144 @@ func (s *Supervisor) Handler() http.Handler {
 	return r
 }
 
-// child is one storefront process.
+// child is one storefront process, and the processes that replace it: an instance that exits
+// while the supervisor runs is started again with the same arguments and environment.
 type child struct {
-	index  int
-	cmd    *exec.Cmd
-	url    string
-	done   chan struct{} // closed once the process has exited
-	mu     sync.Mutex
-	paused *time.Timer // set while SIGSTOPped: fires the SIGCONT
+	index   int
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	url     string        // "" while it starts
+	done    chan struct{} // closed once cmd's process has exited
+	ready   chan struct{} // closed once it listens (url is set)
+	started time.Time
+	// expected: the lab ended this process itself (kill -9, a restart with a new lease): its
+	// exit is restarted whenever it comes.
+	expected bool
+	paused   *time.Timer // set while SIGSTOPped: fires the SIGCONT
+}
+
+// proc returns the child's current process, its exit channel and its URL.
+func (c *child) proc() (*exec.Cmd, chan struct{}, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd, c.done, c.url
 }
 
 var listeningLine = regexp.MustCompile(`msg="?listening"?\s.*?\baddr=(\S+)`)
 
+// minUptime: an instance that exits on its own sooner than this after its start is not
+// restarted (a storefront that cannot run would be restarted forever); the supervisor stops.
+const minUptime = 5 * time.Second
+
+// errStopping: the supervisor is stopping, no instance starts.
+var errStopping = errors.New("supervisor: stopping")
+
 // Start starts the instances and waits until each one listens. An instance that exits later,
-// while the supervisor still runs, cancels ctx with fail and the reason. Call Stop even when
-// Start fails: it stops the instances already started.
+// while the supervisor still runs, is started again with the same arguments and environment;
+// one that exits on its own within minUptime of its start, or cannot be started again,
+// cancels ctx with fail and the reason. Call Stop even when Start fails: it stops the
+// instances already started.
 func (s *Supervisor) Start(ctx context.Context, fail context.CancelCauseFunc) error {
 	if s.cfg.Instances < 1 {
 		return errors.New("supervisor: no instances to start")
 	}
-	s.running = ctx
-	out := &lockedWriter{w: s.cfg.Output}
+	s.running, s.fail = ctx, fail
+	s.out = &lockedWriter{w: s.cfg.Output}
 	for i := range s.cfg.Instances {
-		addr := make(chan string, 1)
-		cmd := exec.Command(s.cfg.Executable, s.cfg.Args...)
-		cmd.Env = append(os.Environ(), s.cfg.Env...) // the last value of a name wins
-		cmd.Stdout = &lineWriter{prefix: "instance=" + strconv.Itoa(i) + " ", out: out, addr: addr}
-		cmd.Stderr = cmd.Stdout
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		cmd.WaitDelay = 2 * time.Second
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("supervisor: start instance %d: %w", i, err)
+		c := &child{index: i}
+		err := s.launch(c)
+		if cmd, _, _ := c.proc(); cmd != nil { // started: Stop stops it, even when it did not listen
+			s.children = append(s.children, c)
 		}
-		c := &child{index: i, cmd: cmd, done: make(chan struct{})}
-		s.children = append(s.children, c)
-		go func() { // owner: the supervisor; ends when the process exits (stop makes sure)
-			err := cmd.Wait()
-			close(c.done)
-			if ctx.Err() == nil {
-				fail(fmt.Errorf("lab instance %d exited: %v", c.index, err))
-			}
-		}()
-		select {
-		case a := <-addr:
-			c.url = "http://" + a
-		case <-c.done:
-			return fmt.Errorf("supervisor: instance %d exited during start-up (see its log above)", i)
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("supervisor: instance %d did not listen within 30s", i)
-		case <-ctx.Done():
-			return context.Cause(ctx)
+		if err != nil {
+			return err
 		}
-		s.cfg.Notice("lab instance", "index", i, "pid", cmd.Process.Pid, "url", c.url)
 	}
 	return nil
+}
+
+// launch starts c's process with the supervisor's current arguments (args), and waits until
+// it listens. A goroutine waits for the process: when it exits while the supervisor runs, it
+// starts the next one (exited).
+func (s *Supervisor) launch(c *child) error {
+	addr := make(chan string, 1)
+	cmd := exec.Command(s.cfg.Executable, s.args()...)
+	cmd.Env = append(os.Environ(), s.cfg.Env...) // the last value of a name wins
+	cmd.Stdout = &lineWriter{prefix: "instance=" + strconv.Itoa(c.index) + " ", out: s.out, addr: addr}
+	cmd.Stderr = cmd.Stdout
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second
+	done, ready := make(chan struct{}), make(chan struct{})
+	s.mu.Lock() // Stop's stopping and this start are ordered: nothing starts after Stop
+	if s.stopping {
+		s.mu.Unlock()
+		return errStopping
+	}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("supervisor: start instance %d: %w", c.index, err)
+	}
+	c.mu.Lock()
+	c.cmd, c.done, c.ready, c.url, c.started, c.expected = cmd, done, ready, "", time.Now(), false
+	c.mu.Unlock()
+	s.mu.Unlock()
+	go func() { // owner: the supervisor; ends when the process exits (Stop makes sure), and its successor listens
+		err := cmd.Wait()
+		close(done)
+		s.exited(c, cmd, err)
+	}()
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a
+		c.mu.Lock()
+		c.url = url
+		c.mu.Unlock()
+		close(ready)
+	case <-done:
+		return fmt.Errorf("supervisor: instance %d exited during start-up (see its log above)", c.index)
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("supervisor: instance %d did not listen within 30s", c.index)
+	case <-s.running.Done():
+		return context.Cause(s.running)
+	}
+	s.cfg.Notice("lab instance", "index", c.index, "pid", cmd.Process.Pid, "url", url, "lease", s.Lease())
+	return nil
+}
+
+// exited follows the exit of c's process cmd: unless the supervisor stops, the instance is
+// started again; an unexpected exit within minUptime of its start, or a failed start, stops
+// the supervisor (fail).
+func (s *Supervisor) exited(c *child, cmd *exec.Cmd, err error) {
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	if stopping || s.running.Err() != nil {
+		return
+	}
+	c.mu.Lock()
+	current, expected, up := c.cmd == cmd, c.expected, time.Since(c.started)
+	c.mu.Unlock()
+	if !current {
+		return
+	}
+	if !expected && up < minUptime {
+		s.fail(fmt.Errorf("lab instance %d exited %s after its start: %v (not restarted)", c.index, up.Round(time.Millisecond), err))
+		return
+	}
+	s.log.Warn("lab: instance exited; starting it again", "instance", c.index, "pid", cmd.Process.Pid, "exit", fmt.Sprint(err), "by_the_lab", expected)
+	if err := s.launch(c); err != nil && !errors.Is(err, errStopping) && s.running.Err() == nil {
+		s.fail(fmt.Errorf("lab instance %d exited and could not be started again: %w", c.index, err))
+	}
 }
 
 // Instances lists the instances for the lab page.
 func (s *Supervisor) Instances() []Instance {
 	out := make([]Instance, len(s.children))
 	for i, c := range s.children {
-		out[i] = Instance{Index: i, PID: c.cmd.Process.Pid, Base: "/i/" + strconv.Itoa(i), URL: c.url}
+		cmd, _, url := c.proc()
+		out[i] = Instance{Index: i, PID: cmd.Process.Pid, Base: "/i/" + strconv.Itoa(i), URL: url}
 	}
 	return out
 }
@@ -186,20 +270,22 @@ func (s *Supervisor) Pause(ctx context.Context, itemID int64) (Paused, error) {
 			c.mu.Unlock()
 			continue
 		}
-		if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		proc := c.cmd.Process
+		if err := proc.Signal(syscall.SIGSTOP); err != nil {
 			c.mu.Unlock()
 			return Paused{}, fmt.Errorf("%w: SIGSTOP instance %d: %w", inventory.ErrUnavailable, c.index, err)
 		}
 		if !s.stillHeld(ctx, held) {
-			_ = c.cmd.Process.Signal(syscall.SIGCONT) // it released between the look-up and the stop
+			_ = proc.Signal(syscall.SIGCONT) // it released between the look-up and the stop
 			c.mu.Unlock()
 			continue
 		}
 		at := time.Now()
-		c.paused = time.AfterFunc(s.pauseFor, func() { s.resume(c) })
+		pauseFor := s.pauseFor()
+		c.paused = time.AfterFunc(pauseFor, func() { s.resume(c) })
 		c.mu.Unlock()
-		s.log.Info("lab: paused a lock holder", "instance", c.index, "pid", c.cmd.Process.Pid, "item", itemID, "token", held.Token, "for", s.pauseFor)
-		return Paused{Instance: c.index, PID: c.cmd.Process.Pid, Token: held.Token, AtMS: unixMS(at), ForMS: float64(s.pauseFor.Milliseconds())}, nil
+		s.log.Info("lab: paused a lock holder", "instance", c.index, "pid", proc.Pid, "item", itemID, "token", held.Token, "for", pauseFor)
+		return Paused{Instance: c.index, PID: proc.Pid, Token: held.Token, AtMS: unixMS(at), ForMS: float64(pauseFor.Milliseconds())}, nil
 	}
 	return Paused{}, fmt.Errorf("%w: item %d", ErrNotHeld, itemID)
 }
@@ -211,11 +297,11 @@ func (s *Supervisor) holder(ctx context.Context, itemID int64) (*child, storeapi
 	var bases []string
 	for _, c := range s.children {
 		c.mu.Lock()
-		paused := c.paused != nil
+		paused, url := c.paused != nil, c.url
 		c.mu.Unlock()
-		if !paused { // a stopped process would not answer
+		if !paused && url != "" { // a stopped process would not answer; one starting holds nothing
 			running = append(running, c)
-			bases = append(bases, c.url)
+			bases = append(bases, url)
 		}
 	}
 	h, ok := storeapi.FindHolder(ctx, s.hc, bases, itemID)
@@ -243,19 +329,23 @@ func (s *Supervisor) resume(c *child) {
 	c.paused.Stop()
 	c.paused = nil
 	_ = c.cmd.Process.Signal(syscall.SIGCONT)
-	s.log.Info("lab: resumed", "instance", c.index)
+	s.log.Info("lab: resumed", "instance", c.index, "pid", c.cmd.Process.Pid)
 }
 
 // Stop continues any paused instance, asks every instance to shut down (SIGTERM) and waits
-// for them, killing those still running after grace.
+// for them, killing those still running after grace. No instance starts again after it.
 func (s *Supervisor) Stop(grace time.Duration) {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range s.children {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			s.resume(c)
-			procutil.Stop(c.cmd.Process, c.done, grace)
+			cmd, done, _ := c.proc()
+			procutil.Stop(cmd.Process, done, grace)
 		}()
 	}
 	wg.Wait()

@@ -56,6 +56,7 @@ type labServer struct {
 	t   *testing.T
 	url string
 	sup *lab.Supervisor
+	ctx context.Context // the supervisor's run: cancelled, with a cause, when it gives up on an instance
 }
 
 // startLab starts a supervisor of n storefront instances (the stockguard command, --demo) on
@@ -82,7 +83,7 @@ func startLab(t *testing.T, n int) (*labServer, []int64) {
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	s := &labServer{t: t, url: "http://" + ln.Addr().String(), sup: sup}
+	s := &labServer{t: t, url: "http://" + ln.Addr().String(), sup: sup, ctx: ctx}
 	var items []struct {
 		ID int64 `json:"id"`
 	}

@@ -13,6 +13,8 @@ let run = null;         // the last run: {start, end, before}
 let tlWindow = null;    // the timeline's window: {from, to}; to null while a run runs
 let replayAt = null;    // null: live; else the instant shown (server ms)
 const pauses = [];      // {inst, from, to}: SIGSTOPped instances
+const kills = [];       // {inst, item, token, at}: SIGKILLed holders (their instances started again)
+const streams = new Map(); // instance index -> its EventSource
 
 const base0 = () => lab.instances[0].base;
 const now = () => Date.now() - (skew === Infinity ? 0 : skew);
@@ -31,12 +33,20 @@ async function api(path, opts = {}) {
 function say(text) { $('status').textContent = text; }
 
 // ---- the event streams ----------------------------------------------------------------
+// connect opens instance inst's stream (closing one already open) and resolves once its hello
+// came. A stream the server ended with an error (an instance killed, or started again and not
+// listening yet) is opened again after half a second: the instance's index stays, its process
+// changes.
 function connect(inst) {
+  streams.get(inst.index)?.close();
   const es = new EventSource(`${inst.base}/api/events`);
+  streams.set(inst.index, es);
+  let hello;
+  const said = new Promise((resolve) => { hello = resolve; });
   es.onmessage = (m) => {
     const ev = JSON.parse(m.data);
     ev.inst = inst.index;
-    if (ev.kind === 'hello') { skew = Math.min(skew, Date.now() - ev.t); return; }
+    if (ev.kind === 'hello') { skew = Math.min(skew, Date.now() - ev.t); hello(); return; }
     if (ev.missed) say(`instance ${inst.index} missed ${ev.missed} events (the page fell behind)`);
     let i = events.length; // streams are merged in time order; most events arrive in order
     while (i > 0 && events[i - 1].t > ev.t) i--;
@@ -44,7 +54,39 @@ function connect(inst) {
     if (replayAt === null) logEvent(ev, i === events.length - 1);
     if (ev.kind === 'order') scheduleStats();
   };
-  es.onerror = () => say(`instance ${inst.index}: event stream interrupted, reconnecting…`);
+  es.onerror = () => {
+    if (streams.get(inst.index) !== es) return;
+    if (es.readyState === EventSource.CLOSED) setTimeout(() => { if (streams.get(inst.index) === es) connect(inst); }, 500);
+  };
+  return said;
+}
+
+// showInstances writes the instances and the lease under the title.
+function showInstances() {
+  const n = lab.instances.length;
+  $('instances').innerHTML = `${n} instance${n > 1 ? 's' : ''}: ` + lab.instances.map((i) =>
+    `<span class="inst i${i.index % 6}">i${i.index}</span> pid ${i.pid}`).join(', ') + `; lease ${lab.lease / 1000} s.`;
+}
+
+// refreshInstances reads the instances again (a killed one has a new process).
+async function refreshInstances() {
+  const info = await api('/api/lab');
+  lab.instances = info.instances; lab.lease = info.lease_ms;
+  showInstances();
+}
+
+// ensureLease starts the instances again with the lease leaseMS when theirs differs (a
+// storefront takes its lease at start), then opens their streams again and waits for their
+// hellos, so that the run's events are all seen.
+async function ensureLease(leaseMS) {
+  if (!lab.pause || leaseMS === lab.lease) return;
+  say(`starting the instances again with a lease of ${leaseMS / 1000} s…`);
+  const res = await api('/api/lab/lease', { method: 'POST', body: JSON.stringify({ lease_ms: leaseMS }) });
+  lab.lease = res.lease_ms; lab.instances = res.instances;
+  showInstances();
+  const timeout = new Promise((resolve) => { setTimeout(resolve, 5000); });
+  await Promise.race([Promise.all(lab.instances.map(connect)), timeout]);
+  say(`the instances run with a lease of ${lab.lease / 1000} s`);
 }
 
 let statsTimer = 0;
@@ -61,6 +103,7 @@ function laneState(item, T) {
   const base = (run && replayAt !== null ? run.before : lab.stats).get(item.id);
   const fromT = run && replayAt !== null ? run.start : lab.statsAt;
   let stock = base?.stock ?? item.stock, sold = base?.sold_units ?? 0;
+  const killAt = (inst, since) => kills.find((k) => k.inst === inst && k.at >= since && k.at <= T)?.at;
   for (const ev of events) {
     if (ev.t > T) break;
     if (ev.item !== item.id) continue;
@@ -76,7 +119,12 @@ function laneState(item, T) {
       case 'order': if (ev.t > fromT) { sold += ev.quantity; stock = ev.remaining; } break;
     }
   }
-  for (const [k, h] of holds) if (h.lostAt && T - h.lostAt > 1500) holds.delete(k);
+  for (const [k, h] of holds) {
+    h.killedAt = killAt(h.inst, h.since);
+    if (h.lostAt && T - h.lostAt > 1500) holds.delete(k);
+    if (h.killedAt && T - (h.renewed + h.lease) > 1500) holds.delete(k);
+  }
+  for (const k of kills) if (k.at <= T && k.at >= (run?.start ?? 0)) waiting.delete(k.inst);
   const initial = base?.initial_stock ?? item.stock;
   return { holds: [...holds.values()], waiting, stock, sold, initial, oversold: Math.max(0, sold - initial) };
 }
@@ -93,6 +141,7 @@ function holdHTML(h, T) {
   let text = `${(Math.max(0, left) / 1000).toFixed(1)} s of lease left`;
   if (h.renewals) text += ` · <span class="renewed">renewed ×${h.renewals}</span>`;
   if (h.lostAt) text = '<span class="bad">LOST</span>: the lease ran out or another holder took it';
+  else if (h.killedAt) text = `<span class="bad">KILLED</span> (kill -9): ${(Math.max(0, left) / 1000).toFixed(1)} s of its lease left in Redis`;
   else if (left <= 0) text = '<span class="bad">LEASE EXPIRED</span>: the holder has not noticed yet';
   if (pausedAt(h.inst, T)) text += ' · <span class="bad">PAUSED</span> (SIGSTOP)';
   return `<li class="i${h.inst % 6}"><span class="inst">i${h.inst}</span> <span class="text">holds ${h.lock ? `the ${esc(h.lock)} lock, ` : ''}token ${h.token}: ${text}</span>
@@ -123,10 +172,10 @@ function renderTimeline() {
   const to = tlWindow.to ?? now();
   const T = replayAt ?? to;
   const box = $('timeline-box');
-  const key = `${T}|${to}|${events.length}|${pauses.length}|${box.clientWidth}`;
+  const key = `${T}|${to}|${events.length}|${pauses.length}|${kills.length}|${box.clientWidth}`;
   if (key === drawn) return;
   drawn = key;
-  const m = model(events, tlWindow.from, T, lab.lease, pauses);
+  const m = model(events, tlWindow.from, T, lab.lease, pauses, kills);
   const { x } = draw(m, to, { box, labels: $('timeline-labels'), summary: $('timeline-summary') });
   const off = ((T - tlWindow.from) / 1000).toFixed(2);
   $('timeline-clock').textContent = replayAt === null ? (tlWindow.to === null ? `live, +${off} s` : `the whole run, ${off} s`) : `replay at +${off} s`;
@@ -203,17 +252,19 @@ async function doRun(e) {
     quantity: Number(f.get('quantity')), item: Number(f.get('item')), fault: f.get('fault'),
   };
   $('run').disabled = true;
-  goLive();
-  startWindow();
   const what = `${req.buyers} buyers, ${req.strategy}${req.fault ? ', fault ' + req.fault : ''}`;
   $('verdict').className = 'verdict running';
   $('verdict').textContent = `Running: ${what}… the verdict follows when every buyer has its answer.`;
   say('');
-  await loadStats();
-  const before = new Map(lab.stats); // the lanes' starting point when the run is replayed
   try {
+    await ensureLease(Number(f.get('lease')) * 1000);
+    goLive();
+    startWindow();
+    await loadStats();
+    const before = new Map(lab.stats); // the lanes' starting point when the run is replayed
     const res = await api('/api/lab/run', { method: 'POST', body: JSON.stringify(req) });
     if (res.paused) pauses.push({ inst: res.paused.instance, from: res.paused.at_ms, to: res.paused.at_ms + res.paused.for_ms });
+    addKills(res.killed);
     endWindow(res.started_ms, res.ended_ms, before);
     showVerdict(res);
     say(res.note || '');
@@ -229,15 +280,64 @@ async function doRun(e) {
   }
 }
 
-function showVerdict(r) {
+function verdictHTML(r) {
   const safe = r.verdict === 'SAFE';
   const answers = Object.entries(r.answers).map(([k, n]) => `${k} ${n}`).join(', ');
-  $('verdict').className = `verdict ${safe ? 'safe' : 'bad'}`;
-  $('verdict').innerHTML = `<span class="${safe ? 'safe-word' : 'bad-word'}">${esc(r.verdict)}</span> · ${esc(r.strategy)}, ` +
+  const killed = (r.killed || []).map((k) => ` · killed i${k.instance} (pid ${k.pid}, token ${k.token}), started again; ` +
+    (r.gap_ms != null ? `first sale of another instance ${(r.gap_ms / 1000).toFixed(2)} s after the kill` : 'no other instance sold after the kill')).join('');
+  return `<span class="${safe ? 'safe-word' : 'bad-word'}">${esc(r.verdict)}</span> · ${esc(r.strategy)}, ` +
     `${r.buyers} buyers × ${r.quantity} of item ${r.item}${r.fault ? `, fault ${esc(r.fault)}` : ''}: ` +
     `sold ${r.sold} from a stock of ${r.stock_before} (now ${r.stock_after}), oversold ${r.oversold}, ` +
-    `lost updates ${r.lost_updates} · answers: ${esc(answers)}`;
+    `lost updates ${r.lost_updates} · answers: ${esc(answers)}${killed}`;
+}
+
+function showVerdict(r) {
+  $('verdict').className = `verdict ${r.verdict === 'SAFE' ? 'safe' : 'bad'}`;
+  $('verdict').innerHTML = verdictHTML(r);
   document.body.dataset.runs = Number(document.body.dataset.runs || 0) + 1;
+}
+
+// addKills records the holders killed (for the lanes and the timeline) and, once the killed
+// instances are started again, reads their new processes.
+function addKills(list) {
+  if (!list || !list.length) return;
+  for (const k of list) kills.push({ inst: k.instance, item: k.item, token: k.token, at: k.at_ms });
+  setTimeout(() => refreshInstances().catch(() => {}), 3000);
+}
+
+// The kill lesson: lock+guard on A (the chosen item) and lock on B (the next one), at once;
+// both holders killed with SIGKILL as soon as both hold.
+async function doTakeover(e) {
+  e.preventDefault();
+  const a = Number($('item').value);
+  const ids = lab.items.map((it) => it.id);
+  const b = ids[(ids.indexOf(a) + 1) % ids.length];
+  const req = { items: [a, b], buyers: Number($('buyers').value), work_ms: Number($('work').value), quantity: Number($('quantity').value) };
+  $('takeover-run').disabled = true;
+  $('takeover-verdict').className = 'verdict running';
+  $('takeover-verdict').textContent = 'Running: lock+guard and lock, then kill -9 of their holders… the verdicts follow when every buyer has its answer.';
+  try {
+    await ensureLease(Number($('takeover-lease').value) * 1000);
+    goLive();
+    startWindow();
+    await loadStats();
+    const before = new Map(lab.stats);
+    const r = await api('/api/lab/takeover', { method: 'POST', body: JSON.stringify(req) });
+    addKills(r.killed);
+    endWindow(r.started_ms, r.ended_ms, before);
+    $('takeover-verdict').className = `verdict ${r.runs.every((x) => x.verdict === 'SAFE') ? 'safe' : 'bad'}`;
+    $('takeover-verdict').innerHTML = `lease ${r.lease_ms / 1000} s${r.note ? ' · ' + esc(r.note) : ''}<ul>` +
+      r.runs.map((x) => `<li data-strategy="${esc(x.strategy)}">${verdictHTML(x)}</li>`).join('') + '</ul>';
+  } catch (err) {
+    if (tlWindow && tlWindow.to === null) tlWindow.to = now();
+    $('takeover-verdict').className = 'verdict bad';
+    $('takeover-verdict').textContent = `Kill lesson failed: ${err.message}`;
+  } finally {
+    document.body.dataset.takeoverRuns = Number(document.body.dataset.takeoverRuns || 0) + 1;
+    $('takeover-run').disabled = false;
+    await loadStats();
+    fillItems(await api(`${base0()}/api/items`));
+  }
 }
 
 // A cart pitfall, or its fix: A is the chosen item, B the next one of the catalogue.
@@ -249,13 +349,14 @@ async function doCarts(e) {
   const b = ids[(ids.indexOf(a) + 1) % ids.length];
   const req = { case: kase, strategy, items: kase === 'cart-order' ? [a, b] : [a], work_ms: Number($('work').value) };
   $('cart-run').disabled = true;
-  goLive();
-  startWindow();
-  await loadStats();
-  const before = new Map(lab.stats);
   $('cart-verdict').className = 'verdict running';
   $('cart-verdict').textContent = `Running: ${strategy}… the verdict follows when every cart has its answer.`;
   try {
+    await ensureLease(Number($('lease').value) * 1000);
+    goLive();
+    startWindow();
+    await loadStats();
+    const before = new Map(lab.stats);
     const r = await api('/api/lab/carts', { method: 'POST', body: JSON.stringify(req) });
     endWindow(r.started_ms, r.ended_ms, before);
     const safe = r.verdict === 'SAFE';
@@ -287,6 +388,15 @@ async function doPause() {
   } catch (err) { say(`pause: ${err.message}`); }
 }
 
+async function doKill() {
+  const item = Number($('item').value);
+  try {
+    const k = await api('/api/lab/kill', { method: 'POST', body: JSON.stringify({ item }) });
+    addKills([k]);
+    say(`killed instance ${k.instance} (pid ${k.pid}), holder of item ${item} with token ${k.token}, with SIGKILL; the supervisor starts it again`);
+  } catch (err) { say(`kill: ${err.message}`); }
+}
+
 async function doReset() {
   try {
     fillItems(await api(`${base0()}/api/lab/reset`, { method: 'POST', body: '{}' }));
@@ -308,11 +418,10 @@ function describeStrategy(list) {
 
 async function start() {
   const info = await api('/api/lab');
-  lab.instances = info.instances; lab.lease = info.lease_ms;
-  const n = info.instances.length;
-  $('instances').innerHTML = `${n} instance${n > 1 ? 's' : ''}: ` + info.instances.map((i) =>
-    `<span class="inst i${i.index % 6}">i${i.index}</span> pid ${i.pid}`).join(', ') + `; lease ${info.lease_ms / 1000} s.`;
-  $('pause').disabled = !info.pause; $('fault-pause').disabled = !info.pause;
+  lab.instances = info.instances; lab.lease = info.lease_ms; lab.pause = info.pause;
+  showInstances();
+  $('lease').value = info.lease_ms / 1000;
+  for (const id of ['pause', 'fault-pause', 'kill', 'fault-kill', 'lease', 'takeover-lease', 'takeover-run']) $(id).disabled = !info.pause;
   $('pause-note').textContent = info.pause ? '' : info.pause_note;
   $('token-field').hidden = !info.token_required;
   const strategies = await api(`${base0()}/api/strategies`);
@@ -326,6 +435,8 @@ async function start() {
   $('controls').onsubmit = doRun;
   $('carts').onsubmit = doCarts;
   $('pause').onclick = doPause;
+  $('kill').onclick = doKill;
+  $('takeover').onsubmit = doTakeover;
   $('reset').onclick = doReset;
   $('item').onchange = renderLanes;
   addEventListener('resize', () => { drawn = ''; renderTimeline(); });

@@ -21,8 +21,9 @@ const lockWords = (lock) => (lock ? `${lock} lock` : 'lock');
 
 // model folds the events of [from, T] (each {t, inst, kind, item, token, ...}, in time order)
 // into holds, rows, stalls, waits and the overlaps. leaseMS is the real lock's lease; pauses
-// are the SIGSTOPs {inst, from, to}.
-export function model(events, from, T, leaseMS, pauses = []) {
+// are the SIGSTOPs {inst, from, to}; kills the SIGKILLs {inst, item, token, at}: a killed
+// process tells nothing more, so its holds and waits open at the kill end there.
+export function model(events, from, T, leaseMS, pauses = [], kills = []) {
   const holds = []; const open = new Map(); const stalls = []; const waits = []; const writes = [];
   const keyOf = (ev, lock) => `${ev.inst}|${ev.item}|${lock}`;
   const find = (ev, lock, token) => {
@@ -94,7 +95,11 @@ export function model(events, from, T, leaseMS, pauses = []) {
       default:
     }
   }
+  const dead = kills.filter((k) => k.at >= from && k.at <= T);
+  const killOf = (inst, start, end) => dead.find((k) => k.inst === inst && start <= k.at && (end === null || end > k.at));
   for (const h of holds) {
+    const k = killOf(h.inst, h.start, h.end);
+    if (k) { h.end = k.at; h.killedAt = k.at; }
     h.stop = h.end ?? T; // an open hold is drawn up to the cursor
     h.leaseEnd = h.lastRenew + h.lease;
     for (const s of stalls) if (s.inst === h.inst && s.item === h.item && s.from >= h.start && s.from <= h.stop) s.hold = h;
@@ -108,9 +113,27 @@ export function model(events, from, T, leaseMS, pauses = []) {
     if (own.some((st) => st.open)) continue;
     h.stop = Math.max(h.lostAt, ...h.writes.map((w) => w.t), ...own.map((st) => st.to));
   }
-  for (const w of waits) w.stop = w.to ?? T;
+  for (const w of waits) {
+    const k = killOf(w.inst, w.from, w.to);
+    if (k) w.to = k.at;
+    w.stop = w.to ?? T;
+  }
   return { from, T, holds, stalls, waits, writes, pauses: pauses.filter((p) => p.from <= T),
-    overlaps: overlaps(holds), crossed: crossed(holds, waits) };
+    overlaps: overlaps(holds), crossed: crossed(holds, waits), kills: killed(dead, holds, writes) };
+}
+
+// killed tells, for each kill, the hold it ended (the killed lock's), the next hold of the
+// item's lock (the takeover, or the holder after the lease), and the item's next sale: the end
+// of the sales gap. A next hold that began before the dead hold's lease end took it over.
+function killed(dead, holds, writes) {
+  return dead.map((k) => {
+    const hold = holds.find((h) => h.killedAt === k.at && h.inst === k.inst && h.item === k.item && !h.lock && h.token === k.token) ||
+      holds.find((h) => h.killedAt === k.at && h.inst === k.inst && h.item === k.item && !h.lock);
+    const next = holds.filter((h) => h.item === k.item && !h.lock && h !== hold && h.start > k.at).sort((a, b) => a.start - b.start)[0];
+    const sale = writes.find((w) => w.ok && w.item === k.item && w.t > k.at);
+    const takeover = Boolean(hold && next && next.start < hold.leaseEnd - stampSlack);
+    return { ...k, hold, next, sale, takeover };
+  });
 }
 
 // overlaps finds the spans where two holds of one lock of one item run at once. Mostly a hold
@@ -171,7 +194,7 @@ export function sentences(m) {
     n[s.kind] = (n[s.kind] || 0) + 1;
     if (n[s.kind] <= perKind) out.push(s);
   }
-  const words = { overlap: 'overlaps', refused: 'refused writes', late: 'late writes', crash: 'crashed holders', crossed: 'crossed carts' };
+  const words = { overlap: 'overlaps', refused: 'refused writes', late: 'late writes', crash: 'crashed holders', crossed: 'crossed carts', kill: 'kills' };
   for (const [kind, k] of Object.entries(n)) {
     if (k > perKind) out.push({ kind: `${kind}-more`, text: `and ${k - perKind} more ${words[kind]} (${k} in all)` });
   }
@@ -180,6 +203,15 @@ export function sentences(m) {
 
 function said(m) {
   const out = [];
+  for (const k of m.kills) {
+    let text = `i${k.inst} killed (kill -9) at +${secs(k.at - m.from)} holding item ${k.item}'s lock, token ${k.token}`;
+    if (k.hold) text += `, its lease running to +${secs(k.hold.leaseEnd - m.from)}`;
+    if (!k.next) text += `; no one has taken the lock since (${secs(m.T - k.at)})`;
+    else if (k.takeover) text += `; i${k.next.inst} took it over with token ${k.next.token} at +${secs(k.next.start - m.from)}, ${secs(k.next.start - k.at)} after the kill, before that lease's end (the dead process's key was gone)`;
+    else text += `; i${k.next.inst} took it with token ${k.next.token} at +${secs(k.next.start - m.from)}, ${secs(k.next.start - k.at)} after the kill, when the dead holder's lease ran out`;
+    text += k.sale ? `; next sale at +${secs(k.sale.t - m.from)}: a gap of ${secs(k.sale.t - k.at)}` : '; no sale since';
+    out.push({ kind: 'kill', text });
+  }
   for (const o of m.overlaps) {
     if (o.kind === 'past') {
       out.push({ kind: 'overlap', text: `i${o.a.inst} still working, i${o.b.inst} holding item ${o.a.item}, for ${secs(o.to - o.from)}` +
@@ -339,6 +371,36 @@ export function draw(m, to, { box, labels, summary }) {
     const sy = r.y + (s.hold ? s.hold.lane : 0) * laneH + barY + barH + 2;
     svg.append(titled(el('rect', { x: x(s.from), y: sy, width: Math.max(2, x(s.to) - x(s.from)), height: 5, class: 'tl-stall' }), `i${s.inst} stalled`));
     svg.append(el('text', { x: x(s.from) + 3, y: sy + 13, class: 'tl-note' }, 'stall'));
+  }
+  const lined = new Set(); // one process killed holding two items: one line on each of its rows
+  for (const k of m.kills) {
+    for (const r of rows.filter((q) => q.inst === k.inst && !lined.has(`${k.inst}|${k.at}`))) {
+      svg.append(titled(el('line', { x1: x(k.at), x2: x(k.at), y1: r.y, y2: r.y + r.lanes * laneH, class: 'tl-kill' }), `i${k.inst} killed (kill -9)`));
+    }
+    lined.add(`${k.inst}|${k.at}`);
+    if (!k.hold) continue;
+    const h = k.hold;
+    const r = rows.find((q) => q.inst === h.inst && q.item === h.item && q.lock === h.lock);
+    const by = r.y + h.lane * laneH + barY;
+    svg.append(el('text', { x: x(k.at) + 3, y: by - 3, class: 'tl-kill-text' }, 'kill -9'));
+    if (h.leaseEnd > k.at) {
+      const lw = Math.max(1, x(Math.min(h.leaseEnd, m.T)) - x(k.at));
+      svg.append(titled(el('rect', { x: x(k.at), y: by, width: lw, height: barH, class: `tl-dead-lease i${h.inst % 6}` }),
+        `token ${h.token}'s lease, still in Redis: its holder is dead`));
+      if (lw > 150) svg.append(el('text', { x: x(k.at) + 50, y: by + barH - 3, class: 'tl-note' }, 'lease of a dead holder'));
+    }
+    const gapTo = k.sale ? k.sale.t : m.T;
+    const gap = el('g', { class: 'tl-gap', 'data-gap-ms': Math.round(gapTo - k.at), 'data-item': k.item, 'data-takeover': String(k.takeover) });
+    gap.append(titled(el('rect', { x: x(k.at), y: by + barH + 3, width: Math.max(2, x(gapTo) - x(k.at)), height: 6 }),
+      `no sale of item ${k.item} for ${secs(gapTo - k.at)}`));
+    gap.append(el('text', { x: x(k.at) + 3, y: by + barH + 20, class: 'tl-gap-text' }, `gap ${secs(gapTo - k.at)}${k.sale ? '' : '…'}`));
+    svg.append(gap);
+    if (k.next) {
+      const nr = rows.find((q) => q.inst === k.next.inst && q.item === k.next.item && q.lock === k.next.lock);
+      const ny = nr.y + k.next.lane * laneH + barY;
+      // Left of the next bar, on its line: above it are its writes' words.
+      svg.append(el('text', { x: x(k.next.start) - 4, y: ny + barH - 3, class: 'tl-note tl-end' }, k.takeover ? 'took over' : 'after the lease'));
+    }
   }
   for (const o of m.overlaps) {
     const what = o.kind === 'past' ? `i${o.a.inst} still working, i${o.b.inst} holding item ${o.a.item}` : `i${o.a.inst} and i${o.b.inst} both holding item ${o.a.item}`;
