@@ -285,3 +285,42 @@ func TestKnownDeathTakesOverAtOnce(t *testing.T) {
 	require.NoError(t, err, "a known death: a try checks before its attempt")
 	require.NoError(t, l.Release(ctx))
 }
+
+// Takeover costs no round trip where nothing fails: after the Client's first takeover Obtain
+// (which sets its process key once), an uncontended Obtain, ObtainFair or ObtainMany with
+// WithTakeover sends exactly the commands it sends without it.
+func TestTakeoverCostsNoRoundTripUncontended(t *testing.T) {
+	rdb := newRedis(t, nil)
+	counter := &countCommands{}
+	rdb.AddHook(counter)
+	c := New(rdb, &Options{Lease: time.Minute, ProcessTTL: time.Minute}) // no heartbeat during the count
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxT(t, 10*time.Second)
+	l, err := c.Obtain(ctx, uniqueKey(t), WithTakeover()) // sets the process key
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	count := func(obtain func(...ObtainOption) (interface{ Release(context.Context) error }, error), opts ...ObtainOption) int64 {
+		before := counter.n.Load()
+		l, err := obtain(opts...)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		return counter.n.Load() - before
+	}
+	kinds := map[string]func(...ObtainOption) (interface{ Release(context.Context) error }, error){
+		"Obtain": func(o ...ObtainOption) (interface{ Release(context.Context) error }, error) {
+			return c.Obtain(ctx, uniqueKey(t), o...)
+		},
+		"ObtainFair": func(o ...ObtainOption) (interface{ Release(context.Context) error }, error) {
+			return c.ObtainFair(ctx, uniqueKey(t), o...)
+		},
+		"ObtainMany": func(o ...ObtainOption) (interface{ Release(context.Context) error }, error) {
+			return c.ObtainMany(ctx, []KeyFloor{{Key: uniqueKey(t)}, {Key: uniqueKey(t)}}, o...)
+		},
+	}
+	for name, obtain := range kinds {
+		count(obtain) // the scripts' first EVALSHA answers NOSCRIPT: load them first
+		plain, taken := count(obtain), count(obtain, WithTakeover())
+		assert.Equal(t, plain, taken, "%s: commands without and with WithTakeover", name)
+		assert.Positive(t, plain, name)
+	}
+}
