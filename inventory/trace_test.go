@@ -101,3 +101,30 @@ func attrsOf(sp sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	}
 	return out
 }
+
+// A Redis node's breaker open is one breaker.open span, from the opening to the closing, with
+// an event per probe; another node's breaker has its own.
+func TestBreakerSpans(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	on := inventory.BreakerSpans(tp.Tracer("test"))
+	on("a:6379", locking.BreakerOpen)
+	on("b:6379", locking.BreakerOpen)
+	on("a:6379", locking.BreakerHalfOpen)
+	on("a:6379", locking.BreakerOpen)
+	on("a:6379", locking.BreakerHalfOpen)
+	on("a:6379", locking.BreakerClosed)
+	on("a:6379", locking.BreakerClosed) // closed already: nothing
+	ended := rec.Ended()
+	require.Len(t, ended, 1, "b's breaker is still open")
+	sp := ended[0]
+	assert.Equal(t, inventory.SpanBreakerOpen, sp.Name())
+	assert.Equal(t, "a:6379", attrsOf(sp)[inventory.AttrNode].AsString())
+	var events []string
+	for _, e := range sp.Events() {
+		events = append(events, e.Name)
+	}
+	assert.Equal(t, []string{"probe", "probe", "closed"}, events)
+	assert.Len(t, rec.Started(), 2)
+}

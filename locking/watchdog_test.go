@@ -73,6 +73,8 @@ func TestWatchdogHoldsFiveLeases(t *testing.T) {
 		time.Sleep(lease / 5)
 	}
 	assert.GreaterOrEqual(t, renewed.Load(), int64(10), "renewed about every lease/3")
+	assert.Equal(t, renewed.Load(), l.Renewals(), "the lock counts the renewals its hooks were told of")
+	assert.Equal(t, lease, l.Lease())
 	require.NoError(t, l.Release(ctx))
 	assert.ErrorIs(t, lockCtx.Err(), context.Canceled)
 	assert.ErrorIs(t, context.Cause(lockCtx), ErrNotHeld)
