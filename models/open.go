@@ -24,6 +24,7 @@ type options struct {
 	maxOpenConns     int
 	busyTimeout      time.Duration
 	statementTimeout time.Duration
+	sqliteDriver     string
 }
 
 // WithLogger makes Open and GORM log through l: statements slower than 1s at Warn, failed
@@ -70,6 +71,15 @@ func WithStatementTimeout(d time.Duration) Option {
 			o.statementTimeout = d
 		}
 	}
+}
+
+// WithSQLiteDriver opens an SQLite database through the database/sql driver registered
+// under name instead of mattn/go-sqlite3's "sqlite3": it is the simulator's seam (package
+// sim), whose driver wraps that one to hold, slow or fail a process's statements and to drive
+// the database's clock. The driver must accept the DSN Open builds (see Open). Default (and for
+// ""): "sqlite3". Ignored by PostgreSQL.
+func WithSQLiteDriver(name string) Option {
+	return func(o *options) { o.sqliteDriver = name }
 }
 
 // DefaultPostgresPool is the connection pool size of a PostgreSQL database when
@@ -152,7 +162,7 @@ func openGorm(d gorm.Dialector, o options) (*gorm.DB, error) {
 }
 
 func openOnce(ctx context.Context, full string, memory bool, o options) (*gorm.DB, error) {
-	db, err := openGorm(sqlite.Open(full), o)
+	db, err := openGorm(sqlite.New(sqlite.Config{DriverName: o.sqliteDriver, DSN: full}), o)
 	if err != nil {
 		return nil, err
 	}
