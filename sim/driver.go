@@ -21,7 +21,7 @@ import (
 const driverName = "stockguard-sim-sqlite3"
 
 func init() {
-	sql.Register(driverName, &simDriver{inner: &sqlite3.SQLiteDriver{ConnectHook: registerClock}})
+	sql.Register(driverName, &simDriver{})
 }
 
 // Errors the wrapped driver answers for a fault. Neither is one the storefront knows: it
@@ -99,31 +99,24 @@ func (w *dbWorld) dsn(path string, proc int) string {
 // nowMS is the database's clock: the bubble's, stepped by the schedule's clock faults.
 func (w *dbWorld) nowMS() int64 { return time.Now().UnixMilli() + w.step.Load() }
 
-// clockWorld is the run whose clock the SQL function reads. Runs do not overlap; the
-// function has no connection to tell it which run is asking.
-var clockWorld atomic.Pointer[dbWorld]
-
-// registerClock gives every connection the database's clock: julianday('now'), the SQL the
-// storefront's {now} reads on SQLite (inventory's nowMS), answers the run's clock instead of
-// the machine's. SQLite lets an application function replace a built-in one of the same name
-// and number of arguments.
-func registerClock(c *sqlite3.SQLiteConn) error {
+// registerClock gives a connection of run w the database's clock: julianday('now'), the SQL
+// the storefront's {now} reads on SQLite (inventory's nowMS), answers the run's clock instead
+// of the machine's. SQLite lets an application function replace a built-in one of the same
+// name and number of arguments.
+func registerClock(c *sqlite3.SQLiteConn, w *dbWorld) error {
 	return c.RegisterFunc("julianday", func(arg string) (float64, error) {
 		if arg != "now" {
 			return 0, fmt.Errorf("sim: julianday(%q): only 'now' is simulated", arg)
 		}
-		ms := time.Now().UnixMilli()
-		if w := clockWorld.Load(); w != nil {
-			ms = w.nowMS()
-		}
-		// The storefront computes CAST((jd - 2440587.5) * 86400000.0 AS INTEGER): add half a
-		// millisecond so that the float's rounding cannot floor it one below.
-		return (float64(ms)+0.5)/86400000.0 + 2440587.5, nil
+		// The storefront computes CAST((jd - 2440587.5) * 86400000.0 AS INTEGER): half a
+		// millisecond more keeps the float's rounding from flooring it one below.
+		return (float64(w.nowMS())+0.5)/86400000.0 + 2440587.5, nil
 	}, false)
 }
 
-// simDriver opens mattn's connections and wraps each in a conn of its process.
-type simDriver struct{ inner *sqlite3.SQLiteDriver }
+// simDriver opens mattn's connections, each with its run's clock, and wraps each in a conn of
+// its process.
+type simDriver struct{}
 
 func (d *simDriver) Open(dsn string) (driver.Conn, error) {
 	path, raw, _ := strings.Cut(dsn, "?")
@@ -149,7 +142,8 @@ func (d *simDriver) Open(dsn string) (driver.Conn, error) {
 	q.Del("sim_proc")
 	// The writer token stands in for the busy handler, which would sleep in C.
 	q.Set("_busy_timeout", "0")
-	c, err := d.inner.Open(path + "?" + q.Encode())
+	inner := &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error { return registerClock(c, w) }}
+	c, err := inner.Open(path + "?" + q.Encode())
 	if err != nil {
 		return nil, err
 	}

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -63,34 +66,94 @@ func report(out Outcome, vs []Violation) string {
 	return b.String()
 }
 
-// TestSim runs -sim.seeds schedules of the real code (or the one -sim.seed names) and checks
-// each; its last line is the rate.
-func TestSim(t *testing.T) {
-	seeds := make([]uint64, 0, *flagSeeds)
-	if *flagSeed != 0 {
-		seeds = append(seeds, *flagSeed)
-	} else {
-		for i := range *flagSeeds {
-			seeds = append(seeds, *flagFirst+uint64(i))
+// tally counts the schedules a test ran.
+type tally struct {
+	mu        sync.Mutex
+	runs      int
+	failed    map[uint64]int // failures by seed
+	ops       int
+	simulated time.Duration
+}
+
+func (ta *tally) add(seed uint64, out Outcome, failed bool) {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	ta.runs++
+	ta.ops += out.Ops
+	ta.simulated += out.Elapsed
+	if failed {
+		if ta.failed == nil {
+			ta.failed = map[uint64]int{}
+		}
+		ta.failed[seed]++
+	}
+}
+
+// print writes the tally; its last line is the rate.
+func (ta *tally) print(wall time.Duration) {
+	nf := 0
+	for _, n := range ta.failed {
+		nf += n
+	}
+	fmt.Printf("schedules: %d, failed %d, operations %d (%d a schedule), simulated %s in %s (%.0fx), %d at once\n",
+		ta.runs, nf, ta.ops, ta.ops/max(ta.runs, 1), ta.simulated.Round(time.Second), wall.Round(time.Millisecond),
+		float64(ta.simulated)/float64(wall), parallelism())
+	fmt.Printf("schedules/min: %.0f\n", float64(ta.runs)/wall.Minutes())
+}
+
+// parallelism is how many schedules run at once: go test's -parallel (GOMAXPROCS by default).
+func parallelism() int {
+	if f := flag.Lookup("test.parallel"); f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil {
+			return n
 		}
 	}
-	start := time.Now()
-	var simulated time.Duration
-	ops, runs, failed := 0, 0, 0
-	for _, seed := range seeds {
-		for range *flagReplay {
-			out := runSeed(t, seed, nil)
-			runs++
-			ops += out.Ops
-			simulated += out.Elapsed
-			if vs, _ := Check(out); len(vs) > 0 {
-				failed++
-				t.Error(report(out, vs))
+	return runtime.GOMAXPROCS(0)
+}
+
+// seedsToRun are the seeds TestSim runs: -sim.seed alone, or -sim.seeds from -sim.first.
+func seedsToRun() []uint64 {
+	if *flagSeed != 0 {
+		return []uint64{*flagSeed}
+	}
+	seeds := make([]uint64, 0, *flagSeeds)
+	for i := range *flagSeeds {
+		seeds = append(seeds, *flagFirst+uint64(i))
+	}
+	return seeds
+}
+
+// runMany runs every seed -sim.replays times, -parallel at once, each in its own bubble, and
+// checks each run. It returns the tally.
+func runMany(t *testing.T, seeds []uint64, mutate func(*inventory.Config), quiet bool) *tally {
+	ta := &tally{}
+	t.Run("schedules", func(t *testing.T) {
+		for _, seed := range seeds {
+			for r := range *flagReplay {
+				t.Run(fmt.Sprintf("seed=%d/%d", seed, r), func(t *testing.T) {
+					t.Parallel()
+					out := runSeed(t, seed, mutate)
+					vs, _ := Check(out)
+					ta.add(seed, out, len(vs) > 0)
+					if len(vs) > 0 && !quiet {
+						t.Error(report(out, vs))
+					}
+				})
 			}
 		}
+	})
+	return ta
+}
+
+// TestSim runs -sim.seeds schedules of the real code (or the one -sim.seed names), and
+// checks each; its last line is the rate.
+func TestSim(t *testing.T) {
+	start := time.Now()
+	ta := runMany(t, seedsToRun(), nil, false)
+	ta.print(time.Since(start))
+	if *flagReplay > 1 {
+		for seed, n := range ta.failed {
+			fmt.Printf("seed %d failed %d of %d replays\n", seed, n, *flagReplay)
+		}
 	}
-	wall := time.Since(start)
-	fmt.Printf("schedules: %d, failed %d, operations %d (%d a schedule), simulated %s in %s (%.0fx)\n",
-		runs, failed, ops, ops/max(runs, 1), simulated.Round(time.Second), wall.Round(time.Millisecond), float64(simulated)/float64(wall))
-	fmt.Printf("schedules/min: %.0f\n", float64(runs)/wall.Minutes())
 }

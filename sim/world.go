@@ -60,8 +60,6 @@ func run(plan Plan, dir string, log *slog.Logger, mutate func(*inventory.Config)
 	}
 	w := &world{plan: plan, log: log, dbPath: filepath.Join(dir, "sim.db"), db: newDBWorld(), redis: newRedisWorld(),
 		mutate: mutate, start: time.Now(), rec: linearize.NewRecorder()}
-	clockWorld.Store(w.db)
-	defer clockWorld.Store(nil)
 	defer w.db.close()
 	defer w.redis.close()
 	out := Outcome{Plan: plan}
