@@ -246,15 +246,27 @@ func (w *world) hold(rng *rand.Rand, key string) {
 			}
 			time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
 		}
+		// Unanswered three times: it may have landed. replay asks once more after the run.
+		w.mu.Lock()
+		w.confirms = append(w.confirms, h)
+		w.mu.Unlock()
 	case r < 8: // cancel
 		time.Sleep(time.Duration(rng.Int64N(int64(ttl))))
-		a := w.call(rng.IntN(w.plan.Procs), func(ctx context.Context, svc *inventory.Service) (inventory.CartReceipt, error) {
-			return inventory.CartReceipt{}, svc.CancelHold(ctx, placed.ID)
-		})
-		if a.Status == 0 || a.err == nil {
-			w.mu.Lock()
-			h.Cancelled = a.err == nil && a.Status != 0
-			w.mu.Unlock()
+		for attempt := 0; attempt < 3; attempt++ {
+			a := w.call(rng.IntN(w.plan.Procs), func(ctx context.Context, svc *inventory.Service) (inventory.CartReceipt, error) {
+				return inventory.CartReceipt{}, svc.CancelHold(ctx, placed.ID)
+			})
+			if a.definite() {
+				w.mu.Lock()
+				h.Cancelled = a.err == nil
+				w.mu.Unlock()
+				return
+			}
+			time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
 		}
+		// Unanswered three times: it may have landed. replay asks once more after the run.
+		w.mu.Lock()
+		w.cancels = append(w.cancels, h)
+		w.mu.Unlock()
 	}
 }

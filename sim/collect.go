@@ -69,9 +69,26 @@ func (w *world) probe() {
 	wg.Wait()
 }
 
-// replay asks again, after the run, every sale whose attempts all went unanswered: its
-// replay says whether its order exists.
+// replay asks again, after the run, every sale whose attempts all went unanswered (its
+// replay says whether its order exists), and every confirmation and cancellation of a hold
+// never answered.
 func (w *world) replay() {
+	for _, h := range w.confirms {
+		if p := w.anyProc(); p != nil {
+			a := w.call(p.slot, func(ctx context.Context, svc *inventory.Service) (inventory.CartReceipt, error) {
+				return svc.ConfirmHold(ctx, h.ID)
+			})
+			h.Confirms = append(h.Confirms, a.Answer)
+		}
+	}
+	for _, h := range w.cancels {
+		if p := w.anyProc(); p != nil {
+			a := w.call(p.slot, func(ctx context.Context, svc *inventory.Service) (inventory.CartReceipt, error) {
+				return inventory.CartReceipt{}, svc.CancelHold(ctx, h.ID)
+			})
+			h.Cancelled = a.err == nil && a.definite()
+		}
+	}
 	for _, c := range w.carts {
 		definite := false
 		for _, a := range c.Attempts {

@@ -55,6 +55,8 @@ type dbWorld struct {
 	procs map[int]*dbProc
 
 	commits atomic.Int64 // COMMITs that succeeded
+
+	mutation string // the SQL mutation of a mutation run (mutations.go); "" for the real code
 }
 
 // dbProc is what one simulated process's connections are subject to.
@@ -194,6 +196,7 @@ type conn struct {
 	w     *dbWorld
 	p     *dbProc
 	tx    bool // a transaction of this connection holds the writer token
+	cur   *txn // that transaction
 }
 
 var (
@@ -212,11 +215,12 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 	if c.p.isDead() {
 		return nil, driver.ErrBadConn
 	}
+	query = mutateSQL(c.w.mutation, query)
 	s, err := c.inner.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	return &stmt{inner: s.(*sqlite3.SQLiteStmt), c: c, write: !isRead(query)}, nil
+	return &stmt{inner: s.(*sqlite3.SQLiteStmt), c: c, write: !isRead(query), query: query}, nil
 }
 
 func (c *conn) Close() error {
@@ -254,7 +258,8 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 		return nil, err
 	}
 	c.tx = true
-	return &txn{inner: tx, c: c}, nil
+	c.cur = &txn{inner: tx, c: c, opts: opts}
+	return c.cur, nil
 }
 
 // isRead reports whether query only reads (outside a transaction it takes no writer token).
@@ -279,6 +284,10 @@ func (c *conn) around(ctx context.Context, write bool, run func() error) error {
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (res driver.Result, err error) {
+	query = mutateSQL(c.w.mutation, query)
+	if err := c.split(ctx, query); err != nil {
+		return nil, err
+	}
 	err = c.around(ctx, !isRead(query), func() error {
 		res, err = c.inner.ExecContext(ctx, query, args)
 		return err
@@ -287,6 +296,10 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (rows driver.Rows, err error) {
+	query = mutateSQL(c.w.mutation, query)
+	if err := c.split(ctx, query); err != nil {
+		return nil, err
+	}
 	// A query that writes (INSERT ... RETURNING) runs to its end in Next: outside a
 	// transaction its token would have to outlive the call. The storefront runs those in
 	// transactions only; a query outside one is treated as a read.
@@ -314,15 +327,18 @@ func (c *conn) ResetSession(context.Context) error {
 
 // txn is a transaction holding the writer token: its COMMIT meets the schedule's commit faults.
 type txn struct {
-	inner driver.Tx
-	c     *conn
-	done  bool
+	inner   driver.Tx
+	c       *conn
+	opts    driver.TxOptions
+	done    bool
+	updates int // stock updates run (the cart-split mutation)
 }
 
 func (t *txn) release() {
 	if !t.done {
 		t.done = true
 		t.c.tx = false
+		t.c.cur = nil
 		<-t.c.w.writer
 	}
 }
@@ -366,6 +382,7 @@ type stmt struct {
 	inner *sqlite3.SQLiteStmt
 	c     *conn
 	write bool
+	query string
 }
 
 var (
@@ -385,6 +402,9 @@ func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (res driver.Result, err error) {
+	if err := s.c.split(ctx, s.query); err != nil {
+		return nil, err
+	}
 	err = s.c.around(ctx, s.write, func() error {
 		res, err = s.inner.ExecContext(ctx, args)
 		return err
@@ -393,6 +413,9 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (res d
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (rows driver.Rows, err error) {
+	if err := s.c.split(ctx, s.query); err != nil {
+		return nil, err
+	}
 	err = s.c.around(ctx, false, func() error {
 		rows, err = s.inner.QueryContext(ctx, args)
 		return err

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,7 +67,8 @@ type Plan struct {
 	Probe       time.Duration // the liveness probes start
 	End         time.Duration // the probes give up
 	Items       []inventory.NewItem
-	HoldItems   int // the last HoldItems items are the ones holds touch
+	HoldItems   int    // the last HoldItems items are the ones holds touch
+	Mutation    string // the mutation a mutation run turns on (mutations.go); "" for the real code
 }
 
 // Hot is the hot item's index (item id 1).
@@ -133,9 +136,15 @@ func drawFault(rng *rand.Rand, p Plan) Fault {
 // String is the plan as a failure prints it.
 func (p Plan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d processes, %s, stream-alone %v, hot item in carts %v, %d buyers\n",
+	fmt.Fprintf(&b, "seed %d: %d processes, %s, stream-alone %v, hot item in carts %v, %d buyers",
 		p.Seed, p.Procs, p.Strategy, p.StreamAlone, p.HotInCarts, p.Buyers)
-	for _, f := range p.Faults {
+	if p.Mutation != "" {
+		fmt.Fprintf(&b, ", mutation %s", p.Mutation)
+	}
+	b.WriteString("\n")
+	faults := slices.Clone(p.Faults)
+	slices.SortStableFunc(faults, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
+	for _, f := range faults {
 		fmt.Fprintf(&b, "  %s\n", f)
 	}
 	return b.String()

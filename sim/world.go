@@ -34,6 +34,8 @@ type world struct {
 	carts     []*verdict.Cart
 	holds     []*verdict.Hold
 	holdKeys  []*verdict.HoldKey
+	cancels   []*verdict.Hold // holds whose cancellation was never answered (replay)
+	confirms  []*verdict.Hold // holds whose confirmation was never answered (replay)
 	ops       int
 	faultProc map[int]*dbProc // the database side of the process each fault began on (drive's)
 	stuck     []string        // liveness: the items with stock that the probes could not buy
@@ -62,6 +64,7 @@ func run(plan Plan, dir string, log *slog.Logger, mutate func(*inventory.Config)
 		mutate: mutate, start: time.Now(), rec: linearize.NewRecorder()}
 	defer w.db.close()
 	defer w.redis.close()
+	w.db.mutation = plan.Mutation
 	out := Outcome{Plan: plan}
 	defer w.closeAll()
 	for slot := range plan.Procs {
