@@ -3,13 +3,14 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test deps system-packages vet bench loadtest perf run lab screenshots
+.PHONY: test deps system-packages vet bench loadtest perf run lab screenshots sim
 
 ## test: install what the tests need, then vet and run every test under the race detector; then
 ## the storefront built without the demo (-tags nodemo: no lab, no demo strategies).
 test: deps vet
 	$(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
 	$(GO) test -tags nodemo -count=1 . ./handlers ./inventory ./models ./locking
+	$(GO) test -tags simmutation -count=1 -timeout 5m ./sim # the simulator's short run, without -race
 
 ## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
 ## lab's browser test, nginx for the routing test (Debian packages redis-server, postgresql,
@@ -68,3 +69,10 @@ lab:
 ## screenshots: rewrite the lab screenshots of README (docs/lab-*.png) with the browser test.
 screenshots: deps
 	$(GO) test -count=1 -run TestLabInBrowser ./lab -update # -update after the package: before it, go test would take ./lab for its value
+
+## sim: the simulator (docs/simulation.md): SIM_SEEDS schedules of the real code, then the
+## mutation runs, without -race; the last line is the rate. One seed again: make sim SIM_ARGS=-sim.seed=S
+SIM_SEEDS ?= 200
+sim:
+	$(GO) test -c -tags simmutation -o sim.test ./sim
+	./sim.test -test.run 'TestSim$$|TestMutations' -test.timeout 0 -sim.seeds=$(SIM_SEEDS) $(SIM_ARGS); s=$$?; rm -f sim.test; exit $$s

@@ -68,6 +68,7 @@ func seedsToFail(t *testing.T, m string, budget int) (int, string) {
 // TestMutations: the simulator finds each mutation within mutationBudget seeds. It prints the
 // seeds each took and the violation that found it.
 func TestMutations(t *testing.T) {
+	skipUnderRace(t)
 	for _, m := range []string{MutationNoFence, MutationNoStockGuard, MutationHoldUncounted, MutationCartSplit, MutationReuseTriedToken} {
 		t.Run(m, func(t *testing.T) {
 			if m == MutationReuseTriedToken {

@@ -168,12 +168,40 @@ func runMany(t *testing.T, seeds []uint64, mutate func(*inventory.Config), quiet
 	return ta
 }
 
+// total is every schedule TestSim ran in this binary; TestMain prints it last.
+var total struct {
+	*tally
+	wall time.Duration
+}
+
+// TestMain prints the rate of TestSim's schedules as the binary's last lines (make sim runs
+// the binary itself, so that "schedules/min: N" is its last line).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if total.tally != nil && total.runs > 0 {
+		total.print(total.wall)
+		if *flagReplay > 1 {
+			fmt.Printf("(the failures by seed are above)\n")
+		}
+	}
+	os.Exit(code)
+}
+
+// skipUnderRace: under the race detector a schedule costs ten times more; make test runs the
+// package without it, on a line of its own.
+func skipUnderRace(t *testing.T) {
+	if raceOn {
+		t.Skip("the simulator runs without -race (make test: go test ./sim on a line of its own)")
+	}
+}
+
 // TestSim runs -sim.seeds schedules of the real code (or the one -sim.seed names), and
-// checks each; its last line is the rate.
+// checks each; the binary's last line is the rate.
 func TestSim(t *testing.T) {
+	skipUnderRace(t)
 	start := time.Now()
 	ta := runMany(t, seedsToRun(), nil, false)
-	ta.print(time.Since(start))
+	total.tally, total.wall = ta, time.Since(start)
 	if *flagReplay > 1 {
 		for seed, n := range ta.failed {
 			fmt.Printf("seed %d failed %d of %d replays\n", seed, n, *flagReplay)
