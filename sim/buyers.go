@@ -85,7 +85,7 @@ func (w *world) buyer(b int) {
 			if rng.IntN(5) >= 3 {
 				item = int64(2 + rng.IntN(saleItems-1))
 			}
-			w.sale(rng, key, []verdict.Line{{ItemID: item, Quantity: 1 + rng.IntN(3)}}, true)
+			w.sale(rng, key, []verdict.Line{{ItemID: item, Quantity: 1 + rng.IntN(3)}}, true, w.work(rng))
 		case r < 80: // a cart
 			ids := rng.Perm(saleItems)[:2+rng.IntN(2)]
 			if w.plan.HotInCarts && !slices.Contains(ids, hotItem) && rng.IntN(5) > 0 {
@@ -96,7 +96,7 @@ func (w *world) buyer(b int) {
 				lines = append(lines, verdict.Line{ItemID: int64(i + 1), Quantity: 1 + rng.IntN(2)})
 			}
 			slices.SortFunc(lines, func(a, b verdict.Line) int { return int(a.ItemID - b.ItemID) })
-			w.sale(rng, key, lines, false)
+			w.sale(rng, key, lines, false, w.work(rng))
 		default:
 			w.hold(rng, key)
 		}
@@ -105,7 +105,13 @@ func (w *world) buyer(b int) {
 
 // sale sends one purchase (single) or checkout until it has a definite answer, at most three
 // attempts under its key, each to a process drawn at random.
-func (w *world) sale(rng *rand.Rand, key string, lines []verdict.Line, single bool) {
+// work is a sale's simulated work (a payment call): a hold keeps its lock through it, which
+// is where a lease runs out.
+func (w *world) work(rng *rand.Rand) time.Duration {
+	return time.Duration(rng.IntN(300)) * time.Millisecond
+}
+
+func (w *world) sale(rng *rand.Rand, key string, lines []verdict.Line, single bool, work time.Duration) {
 	c := &verdict.Cart{Key: key, Lines: lines}
 	w.mu.Lock()
 	w.carts = append(w.carts, c)
@@ -114,7 +120,7 @@ func (w *world) sale(rng *rand.Rand, key string, lines []verdict.Line, single bo
 		if attempt > 0 {
 			time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
 		}
-		a := w.saleAttempt(rng.IntN(w.plan.Procs), key, lines, single)
+		a := w.saleAttempt(rng.IntN(w.plan.Procs), key, lines, single, work)
 		w.mu.Lock()
 		c.Attempts = append(c.Attempts, a.Answer)
 		w.mu.Unlock()
@@ -126,7 +132,7 @@ func (w *world) sale(rng *rand.Rand, key string, lines []verdict.Line, single bo
 
 // saleAttempt sends one attempt of a sale to slot and records it in the history, projected
 // on each of its items that no hold touches (as the load test's carts are).
-func (w *world) saleAttempt(slot int, key string, lines []verdict.Line, single bool) answer {
+func (w *world) saleAttempt(slot int, key string, lines []verdict.Line, single bool, work time.Duration) answer {
 	var calls []*linearize.Call
 	for _, l := range lines {
 		if w.inHistory(l.ItemID) {
@@ -138,11 +144,11 @@ func (w *world) saleAttempt(slot int, key string, lines []verdict.Line, single b
 	a := w.call(slot, func(ctx context.Context, svc *inventory.Service) (inventory.CartReceipt, error) {
 		if single {
 			r, err := svc.Purchase(ctx, inventory.PurchaseRequest{ItemID: lines[0].ItemID, Quantity: lines[0].Quantity,
-				Strategy: w.plan.Strategy, IdempotencyKey: key})
+				Strategy: w.plan.Strategy, IdempotencyKey: key, Work: work})
 			return inventory.CartReceipt{OrderID: r.OrderID, Strategy: r.Strategy, Replayed: r.Replayed,
 				Lines: []inventory.LineReceipt{{ItemID: r.ItemID, Quantity: r.Quantity, Remaining: r.Remaining, FenceToken: r.FenceToken}}}, err
 		}
-		req := inventory.CheckoutRequest{Strategy: w.plan.Strategy, IdempotencyKey: key}
+		req := inventory.CheckoutRequest{Strategy: w.plan.Strategy, IdempotencyKey: key, Work: work}
 		for _, l := range lines {
 			req.Lines = append(req.Lines, inventory.CartLine{ItemID: l.ItemID, Quantity: l.Quantity})
 		}

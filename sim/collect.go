@@ -51,7 +51,7 @@ func (w *world) probe() {
 			w.mu.Unlock()
 			var last answer
 			for n := 0; time.Since(w.start) < w.plan.End; n++ {
-				last = w.saleAttempt(n%w.plan.Procs, key, lines, true)
+				last = w.saleAttempt(n%w.plan.Procs, key, lines, true, 0)
 				w.mu.Lock()
 				c.Attempts = append(c.Attempts, last.Answer)
 				w.mu.Unlock()
@@ -101,7 +101,7 @@ func (w *world) replay() {
 		if p == nil {
 			return
 		}
-		a := w.saleAttempt(p.slot, c.Key, c.Lines, len(c.Lines) == 1)
+		a := w.saleAttempt(p.slot, c.Key, c.Lines, len(c.Lines) == 1, 0)
 		c.Replays = append(c.Replays, a.Answer)
 	}
 }
