@@ -77,7 +77,7 @@ const hotItem = 0
 // NewPlan draws the plan of seed.
 func NewPlan(seed uint64) Plan {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	p := Plan{Seed: seed, Procs: 3, Strategy: inventory.StrategyLockGuard, Buyers: 24,
+	p := Plan{Seed: seed, Procs: 3, Strategy: inventory.StrategyLockGuard, Buyers: 30,
 		FaultsEnd: 18 * time.Second, BuyersEnd: 24 * time.Second, Probe: 26 * time.Second, End: 36 * time.Second}
 	if rng.IntN(5) == 0 {
 		p.Strategy = inventory.StrategyGuard

@@ -31,16 +31,20 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 
 var (
 	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed's schedule (a failure prints its seed)")
-	flagSeeds  = flag.Int("sim.seeds", 40, "schedules TestSim runs, seeds sim.first, sim.first+1, ...")
+	flagSeeds  = flag.Int("sim.seeds", 12, "schedules TestSim runs, seeds sim.first, sim.first+1, ...")
 	flagFirst  = flag.Uint64("sim.first", 1, "the first seed TestSim runs")
 	flagV      = flag.Bool("sim.v", false, "log the processes' warnings to stderr")
 	flagReplay = flag.Int("sim.replays", 1, "times each seed runs (replay reproducibility)")
+	flagMut    = flag.String("sim.mutation", "", "TestSim runs the mutation run's plans of this mutation (mutations.go; reuse-tried-token needs -tags simmutation)")
 	flagStall  = flag.Duration("sim.stall", time.Minute, "wall time after which one schedule counts as stalled")
 )
 
 // runSeed runs one schedule in a bubble of its own and returns what it recorded.
 func runSeed(t *testing.T, seed uint64, mutate func(*inventory.Config)) Outcome {
 	t.Helper()
+	if *flagMut != "" {
+		return runPlan(t, mutationPlan(*flagMut, seed), mutate)
+	}
 	return runPlan(t, NewPlan(seed), mutate)
 }
 
@@ -85,7 +89,11 @@ func report(out Outcome, vs []Violation) string {
 		}
 		fmt.Fprintf(&b, "  violated %s\n", v)
 	}
-	fmt.Fprintf(&b, "replay: go test ./sim -run 'TestSim$' -sim.seed=%d\n", out.Plan.Seed)
+	if m := out.Plan.Mutation; m != "" {
+		fmt.Fprintf(&b, "replay: go test -tags simmutation ./sim -run 'TestSim$' -sim.seed=%d -sim.mutation=%s\n", out.Plan.Seed, m)
+	} else {
+		fmt.Fprintf(&b, "replay: go test ./sim -run 'TestSim$' -sim.seed=%d\n", out.Plan.Seed)
+	}
 	return b.String()
 }
 
@@ -199,6 +207,12 @@ func skipUnderRace(t *testing.T) {
 // checks each; the binary's last line is the rate.
 func TestSim(t *testing.T) {
 	skipUnderRace(t)
+	if *flagMut == MutationReuseTriedToken {
+		if !setReuseTriedToken(true) {
+			t.Skip("needs -tags simmutation")
+		}
+		defer setReuseTriedToken(false)
+	}
 	start := time.Now()
 	ta := runMany(t, seedsToRun(), nil, false)
 	total.tally, total.wall = ta, time.Since(start)
