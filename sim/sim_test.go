@@ -106,7 +106,7 @@ type tally struct {
 	simulated time.Duration
 }
 
-func (ta *tally) add(seed uint64, out Outcome, failed bool) {
+func (ta *tally) add(seed uint64, out Outcome, failed bool) int {
 	ta.mu.Lock()
 	defer ta.mu.Unlock()
 	ta.runs++
@@ -118,6 +118,7 @@ func (ta *tally) add(seed uint64, out Outcome, failed bool) {
 		}
 		ta.failed[seed]++
 	}
+	return ta.runs
 }
 
 // print writes the tally; its last line is the rate.
@@ -165,9 +166,13 @@ func runMany(t *testing.T, seeds []uint64, mutate func(*inventory.Config), quiet
 					t.Parallel()
 					out := runSeed(t, seed, mutate)
 					vs, _ := Check(out)
-					ta.add(seed, out, len(vs) > 0)
+					n := ta.add(seed, out, len(vs) > 0)
 					if len(vs) > 0 && !quiet {
+						fmt.Print(report(out, vs)) // now: a long run's parallel subtests report at its end
 						t.Error(report(out, vs))
+					}
+					if n%100 == 0 {
+						fmt.Printf("%d schedules\n", n)
 					}
 				})
 			}
