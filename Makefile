@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test test-passes test-short testbin deps system-packages vet bench oapigen loadtest perf run lab screenshots
+.PHONY: test test-passes test-short testbin deps system-packages vet bench oapigen loadtest perf run lab screenshots sim
 
 # The run's storefront builds, go test's events and the run's start (git ignores it).
 TESTBIN     ?= $(CURDIR)/.testbin
@@ -35,6 +35,7 @@ test-passes: deps vet testbin
 	$(GO) vet -tags nodemo $(PKGS)
 	$(call gotest,nodemo,-tags nodemo -run '^TestNodemoBuild$$' .)
 	$(call gotest,nodemo-handlers,-tags nodemo ./handlers)
+	$(call gotest,sim,-tags simmutation -timeout 5m ./sim) # the simulator's short run, without -race (docs/simulation.md)
 
 # testbin: the storefront as the tests start it (default, -tags leaktest, -tags nodemo) and testtime.
 testbin:
@@ -112,3 +113,10 @@ lab:
 ## screenshots: rewrite the lab screenshots of README (docs/lab-*.png) with the browser test.
 screenshots: deps
 	$(GO) test -count=1 -run TestLabInBrowser ./lab -update # -update after the package: before it, go test would take ./lab for its value
+
+## sim: the simulator (docs/simulation.md): SIM_SEEDS schedules of the real code, then the
+## mutation runs, without -race; the last line is the rate. One seed again: make sim SIM_ARGS=-sim.seed=S
+SIM_SEEDS ?= 200
+sim:
+	$(GO) test -c -tags simmutation -o sim.test ./sim
+	./sim.test -test.run 'TestSim$$|TestMutations' -test.timeout 0 -sim.weak -sim.seeds=$(SIM_SEEDS) $(SIM_ARGS); s=$$?; rm -f sim.test; exit $$s

@@ -39,7 +39,8 @@ func TestDependencyPicture(t *testing.T) {
 		"models":           {},
 		"pitfalls":         {"inventory"},
 		"lab":              {"handlers", "inventory", "locking", "pitfalls", "internal/"},
-		"internal/":        {"internal/"}, // every internal/ package not named below
+		"sim":              {"handlers", "inventory", "locking", "models", "internal/"}, // the simulator (docs/simulation.md)
+		"internal/":        {"internal/"},                                               // every internal/ package not named below
 		"internal/dbtest":  {"internal/", "models"},
 		"internal/tracing": {}, // the OpenTelemetry SDK and the libraries' instrumentation, nothing of ours
 	}
@@ -75,7 +76,7 @@ func TestDependencyPicture(t *testing.T) {
 			}
 		}
 	}
-	for _, pkg := range []string{"", "handlers", "inventory", "locking", "models", "pitfalls", "lab", "loadtest", "internal/procutil"} {
+	for _, pkg := range []string{"", "handlers", "inventory", "locking", "models", "pitfalls", "lab", "loadtest", "sim", "internal/procutil"} {
 		assert.True(t, ruled[pkg], "%s was listed and ruled", pkg)
 	}
 	for _, layer := range loadtestLayers {

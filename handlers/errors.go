@@ -128,3 +128,11 @@ func writeError(c *gin.Context, err error) {
 func errorCode(c *gin.Context) string {
 	return c.GetString(ctxKeyErrorCode)
 }
+
+// ErrorAnswer is the HTTP status and error code the API answers err with (classify): the
+// simulator (package sim) calls the inventory Service directly and judges each answer as a
+// client of the API would see it.
+func ErrorAnswer(err error) (status int, code string) {
+	a := classify(err)
+	return a.status, a.code
+}

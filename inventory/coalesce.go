@@ -51,6 +51,13 @@ type coalesced struct {
 	stream   time.Duration // Config.StreamHold: how long a hold admits buyers who arrive while it works
 	alone    bool          // Config.StreamAlone: and it admits them for as long as nobody else wants its locks
 
+	// arrivals counts the waiters as they arrive (waiter.seq). Whether a waiter arrived before
+	// a read began is told by this count, not by the clock: two readings of a clock can be
+	// equal (a coarse clock; a simulated one, which stands still while goroutines run), and a
+	// waiter taken for arrived after a read that found the item sold out stayed queued for a
+	// next read, the same instant again: the worker read and re-read without end.
+	arrivals atomic.Uint64
+
 	mu    sync.Mutex
 	items map[int64]*itemQueue // items with a running worker
 }
@@ -67,15 +74,15 @@ type itemQueue struct {
 	pending []*waiter     // arrival order; only the worker removes entries, from the front
 	wake    chan struct{} // (1) a purchase joined pending: a streaming hold admits it
 
-	known  bool          // stock and fence were read by this worker
-	stock  int           // the stock after this worker's last read or write
-	read   int           // the stock this worker's last read found
-	pause  time.Duration // before the next hold: the last one kept the lock long (holdPause)
-	readAt time.Time     // when that read began: it is true for the purchases waiting then
-	fence  int64         // the stored fence token last seen: the floor of the next token
-	carts  int           // the carts the hold in progress sold
-	shared time.Time     // when a hold last had to wait for the lock: another process wants it
-	span   trace.Span    // the hold in progress's lock.hold span (nil between holds): admit links its buyers
+	known   bool          // stock and fence were read by this worker
+	stock   int           // the stock after this worker's last read or write
+	read    int           // the stock this worker's last read found
+	pause   time.Duration // before the next hold: the last one kept the lock long (holdPause)
+	readSeq uint64        // the arrivals counted when that read began: it is true for the purchases waiting then
+	fence   int64         // the stored fence token last seen: the floor of the next token
+	carts   int           // the carts the hold in progress sold
+	shared  time.Time     // when a hold last had to wait for the lock: another process wants it
+	span    trace.Span    // the hold in progress's lock.hold span (nil between holds): admit links its buyers
 }
 
 // A waiter's state: a buyer may leave while waiting, until the worker claims it for the write.
@@ -90,6 +97,7 @@ type waiter struct {
 	ctx      context.Context // the buyer's
 	p        purchase
 	enqueued time.Time
+	seq      uint64 // its place in coalesced.arrivals
 	state    atomic.Int32
 	admitted atomic.Bool
 	done     chan answer // buffered (1): answering never blocks the worker
@@ -128,7 +136,7 @@ func (s *coalesced) waitEnd(w *waiter, err error) {
 }
 
 func (s *coalesced) buy(ctx context.Context, p purchase) (Receipt, error) {
-	w := &waiter{ctx: ctx, p: p, enqueued: time.Now(), done: make(chan answer, 1)}
+	w := &waiter{ctx: ctx, p: p, enqueued: time.Now(), seq: s.arrivals.Add(1), done: make(chan answer, 1)}
 	// For the observer (the lab), a coalesced purchase waits for the item's lock from its
 	// arrival in the queue until a hold admits or answers it. Told before it is queued, so
 	// that the hold's end of the wait always comes after it.
@@ -239,7 +247,7 @@ func (s *coalesced) answerFront(q *itemQueue, n int, err error) {
 }
 
 // answerWaiting answers, with err, the waiters that were in the queue when the worker's last
-// read began (q.readAt) and removes them; those that arrived since stay for the next read (the
+// read began (q.readSeq) and removes them; those that arrived since stay for the next read (the
 // stock may have grown in between: a hold cancelled), so that the answer is true of their wait.
 func (s *coalesced) answerWaiting(q *itemQueue, err error) {
 	s.mu.Lock()
@@ -248,7 +256,7 @@ func (s *coalesced) answerWaiting(q *itemQueue, err error) {
 	for _, w := range q.pending {
 		switch {
 		case w.state.Load() == stateAbandoned:
-		case !w.enqueued.Before(q.readAt):
+		case w.seq > q.readSeq:
 			later = append(later, w)
 		default:
 			w.p.spent.addLock(time.Since(w.enqueued))
@@ -265,13 +273,13 @@ func (s *coalesced) hold(q *itemQueue) {
 	if !q.known || q.stock <= 0 {
 		// Not known yet, or sold out when last seen: one read without the lock answers a
 		// sold-out queue at once (and gives the floor of the token).
-		at := time.Now()
+		at := s.arrivals.Load()
 		r, err := s.store.readFast(ctx, q.id)
 		if err != nil {
 			s.answerFront(q, -1, err)
 			return
 		}
-		q.known, q.stock, q.read, q.readAt, q.fence = true, r.Stock, r.Stock, at, r.FenceToken
+		q.known, q.stock, q.read, q.readSeq, q.fence = true, r.Stock, r.Stock, at, r.FenceToken
 		if err := checkStock(q.id, r.Stock, 1); err != nil {
 			s.answerWaiting(q, err) // sold out: event point of every refused buyer
 			return
@@ -342,7 +350,7 @@ func (s *coalesced) hold(q *itemQueue) {
 	token := held.Token()
 	lockCtx := held.Context(ctx)
 
-	at := time.Now()
+	at := s.arrivals.Load()
 	r, err := s.store.readFast(lockCtx, q.id)
 	if err != nil {
 		if lockCtx.Err() != nil && ctx.Err() == nil {
@@ -353,7 +361,7 @@ func (s *coalesced) hold(q *itemQueue) {
 		s.answerFront(q, n, err)
 		return
 	}
-	q.known, q.stock, q.read, q.readAt, q.fence = true, r.Stock, r.Stock, at, r.FenceToken
+	q.known, q.stock, q.read, q.readSeq, q.fence = true, r.Stock, r.Stock, at, r.FenceToken
 	if r.FenceToken >= token {
 		// A token the database has already seen (Redis lost its counter and the floor we
 		// passed was older than the row): the fenced write would be refused. Refuse before
@@ -443,7 +451,7 @@ func (s *coalesced) admit(q *itemQueue, stock, limit int) []*waiter {
 			continue
 		}
 		if err := checkStock(q.id, q.read, w.p.quantity); err != nil {
-			if w.enqueued.Before(q.readAt) {
+			if w.seq <= q.readSeq {
 				w.p.spent.addLock(now.Sub(w.enqueued))
 				s.waitEnd(w, err)
 				w.answer(Receipt{}, err) // refused on the stock read, with no work spent

@@ -98,7 +98,7 @@ func (s *coalesced) carts() bool {
 // lines are written in the hold's one transaction, all or nothing.
 func (s *coalesced) buyCart(ctx context.Context, cw *cartWait, work time.Duration, sp *spent) (CartReceipt, error) {
 	w := &waiter{ctx: ctx, p: purchase{work: work, spent: sp, fingerprint: cw.c.fp}, cart: cw,
-		enqueued: time.Now(), done: make(chan answer, 1)}
+		enqueued: time.Now(), seq: s.arrivals.Add(1), done: make(chan answer, 1)}
 	if err := s.enqueue(w); err != nil {
 		return CartReceipt{}, err
 	}

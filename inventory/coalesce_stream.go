@@ -154,7 +154,7 @@ func (s *coalesced) streamHold(ctx, lockCtx context.Context, hl *holdLocks, nt n
 			working = len(inFlight) - len(done) // inFlight: the ones working and done
 		case r := <-writing:
 			writing = nil
-			if r.tried {
+			if r.tried && !reuseTriedToken() {
 				// Never again under this token, even when the write failed: had its COMMIT
 				// landed with its answer lost, the fence would refuse every later write.
 				spent = r.token

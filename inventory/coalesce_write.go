@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // write writes the purchases and carts of batch whose work completed, under the hold (the
@@ -35,15 +34,15 @@ type pendingWrite struct {
 type writeResult struct {
 	replies []reply
 	written int
-	carts   int       // carts among the orders written
-	stock   int       // the item's stock after the write, as far as the worker knows
-	fenced  bool      // the write committed under token: the fence has seen it
-	tried   bool      // a transaction ran under token: it is spent even if the write failed (a COMMIT whose answer was lost may have landed)
-	seen    int64     // the anchor's fence when the database refused token as stale (0: not refused so)
-	token   int64     // the anchor's token the write used
-	reread  bool      // the write read the item again (read, readAt)
-	read    int       // that read's stock
-	readAt  time.Time // when that read began
+	carts   int    // carts among the orders written
+	stock   int    // the item's stock after the write, as far as the worker knows
+	fenced  bool   // the write committed under token: the fence has seen it
+	tried   bool   // a transaction ran under token: it is spent even if the write failed (a COMMIT whose answer was lost may have landed)
+	seen    int64  // the anchor's fence when the database refused token as stale (0: not refused so)
+	token   int64  // the anchor's token the write used
+	reread  bool   // the write read the item again (read, readSeq)
+	read    int    // that read's stock
+	readSeq uint64 // the arrivals counted when that read began
 }
 
 // behind reports that the database refused the write's token because a newer one has written
@@ -59,7 +58,7 @@ func (r writeResult) apply(q *itemQueue) {
 	}
 	q.fence = max(q.fence, r.seen) // the floor of the next hold's token
 	if r.reread {
-		q.read, q.readAt = r.read, r.readAt
+		q.read, q.readSeq = r.read, r.readSeq
 	}
 }
 
@@ -173,13 +172,13 @@ func (pw *pendingWrite) commit(ctx, lockCtx context.Context) writeResult {
 		case moved && attempt < maxReadmits && lockCtx.Err() == nil:
 			// Another writer took stock since the read: read again and admit again under the
 			// same hold, instead of refusing buyers who still fit.
-			at := time.Now()
+			at := s.arrivals.Load()
 			r, rerr := s.store.readFast(lockCtx, pw.itemID)
 			if rerr != nil {
 				err = rerr
 				break
 			}
-			out.stock, out.reread, out.read, out.readAt = r.Stock, true, r.Stock, at
+			out.stock, out.reread, out.read, out.readSeq = r.Stock, true, r.Stock, at
 			var more []*waiter
 			ready, more = readmit(pw.itemID, r.Stock, append(ready, over...), &replies)
 			over = more

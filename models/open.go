@@ -28,6 +28,7 @@ type options struct {
 	busyTimeout      time.Duration
 	statementTimeout time.Duration
 	openDB           func(driver.Connector) *sql.DB // nil: sql.OpenDB, the driver as it is
+	sqliteDriver     string                         // WithSQLiteDriver; "": mattn/go-sqlite3's
 }
 
 // WithLogger makes Open and GORM log through l: statements slower than 1s at Warn, failed
@@ -97,7 +98,21 @@ func (o options) openDBOf(c driver.Connector) *sql.DB {
 	return sql.OpenDB(c)
 }
 
-// dsnConnector is mattn/go-sqlite3's connector for one DSN (its driver has none of its own).
+// sqliteDriverOf returns the SQLite driver Open uses: the one registered under
+// WithSQLiteDriver's name, or mattn/go-sqlite3's.
+func (o options) sqliteDriverOf() (driver.Driver, error) {
+	if o.sqliteDriver == "" {
+		return &sqlite3.SQLiteDriver{}, nil
+	}
+	db, err := sql.Open(o.sqliteDriver, "")
+	if err != nil {
+		return nil, fmt.Errorf("models: SQLite driver %q: %w", o.sqliteDriver, err)
+	}
+	defer db.Close()
+	return db.Driver(), nil
+}
+
+// dsnConnector is an SQLite driver's connector for one DSN (its driver has none of its own).
 type dsnConnector struct {
 	dsn string
 	drv driver.Driver
@@ -105,6 +120,15 @@ type dsnConnector struct {
 
 func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
 func (c dsnConnector) Driver() driver.Driver                        { return c.drv }
+
+// WithSQLiteDriver opens an SQLite database through the database/sql driver registered
+// under name instead of mattn/go-sqlite3's "sqlite3": it is the simulator's seam (package
+// sim), whose driver wraps that one to hold, slow or fail a process's statements and to drive
+// the database's clock. The driver must accept the DSN Open builds (see Open). Default (and for
+// ""): "sqlite3". Ignored by PostgreSQL.
+func WithSQLiteDriver(name string) Option {
+	return func(o *options) { o.sqliteDriver = name }
+}
 
 // DefaultPostgresPool is the connection pool size of a PostgreSQL database when
 // WithMaxOpenConns is not given: enough for the concurrent short write transactions of one
@@ -186,7 +210,11 @@ func openGorm(d gorm.Dialector, o options) (*gorm.DB, error) {
 }
 
 func openOnce(ctx context.Context, full string, memory bool, o options) (*gorm.DB, error) {
-	pool := o.openDBOf(dsnConnector{dsn: full, drv: &sqlite3.SQLiteDriver{}})
+	drv, err := o.sqliteDriverOf()
+	if err != nil {
+		return nil, err
+	}
+	pool := o.openDBOf(dsnConnector{dsn: full, drv: drv})
 	db, err := openGorm(sqlite.New(sqlite.Config{Conn: pool}), o)
 	if err != nil {
 		_ = pool.Close()
