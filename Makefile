@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test test-passes test-short testbin deps system-packages vet bench oapigen loadtest perf run lab screenshots sim
+.PHONY: test test-passes test-short testbin deps system-packages vet bench oapigen jaeger loadtest perf run lab screenshots sim
 
 # The run's storefront builds, go test's events and the run's start (git ignores it).
 TESTBIN     ?= $(CURDIR)/.testbin
@@ -50,6 +50,11 @@ testbin:
 ## (internal/testutil).
 test-short:
 	$(GO) test -race -short -count=1 $(TESTARGS) $(PKGS)
+
+## jaeger: build Jaeger v1.76.0 from its Go sources (tools/jaeger) once into the user's cache, so that
+## TestTracesInJaeger runs (it skips while no build is cached: a cold build takes 10 min or more).
+jaeger:
+	STOCKGUARD_JAEGER_BUILD=1 $(GO) test -count=1 -timeout 0 -run '^TestTracesInJaeger$$' .
 
 ## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
 ## lab's browser test, nginx for the routing test (Debian packages redis-server, postgresql,
