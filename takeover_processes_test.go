@@ -35,12 +35,12 @@ import (
 // ones. lock+guard's waiters take the dead process's lock over (locking.WithTakeover) once its
 // process key lapses, about 1s after the kill: the test fails past 3s. `lock`, whose writes are
 // not fenced, waits out the lease (here 4s, to keep the test short). STOCKGUARD_TAKEOVER_KILLS
-// sets the kills per case (default 2; docs/measured.md's figures are of 20).
+// sets the kills per case (default 1; docs/measured.md's figures are of 20).
 
 func TestKilledHolderTakenOver(t *testing.T) {
 	testutil.SkipShort(t, testutil.MultiProcess)
 	bin := buildBinary(t)
-	kills := envInt("STOCKGUARD_TAKEOVER_KILLS", 2)
+	kills := envInt("STOCKGUARD_TAKEOVER_KILLS", 1)
 	for _, tc := range []struct {
 		name     string
 		postgres bool

@@ -206,7 +206,7 @@ func TestParseConfig(t *testing.T) {
 	for _, args := range [][]string{
 		{"-db", "mysql"}, {"-db", "/tmp/x.db"}, {"-db", "postgres://"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-db", "postgres"},
-		{"-items", "0"}, {"-hot", "1.5"}, {"-work", "2s"}, {"-strategies", ","}, {"-chaos", "kill"},
+		{"-items", "0"}, {"-hot", "1.5"}, {"-work", "2s"}, {"-strategies", ","}, {"-chaos", "explode"},
 		{"-target", "http://example.com", "-admin-token", "x"}, {"-target", "http://127.0.0.1:1"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-chaos", "pause"},
 		{"-target", "http://127.0.0.1:1", "-admin-token", "x", "-instances", "2"},
@@ -250,8 +250,8 @@ func TestPickStrategies(t *testing.T) {
 // TestChaosHelp: the -chaos flag's error message and defaults come from the table of modes
 // (the help text: TestChaosHelp in package fault).
 func TestChaosHelp(t *testing.T) {
-	_, err := ParseConfig([]string{"-chaos", "kill"}, io.Discard)
-	assert.EqualError(t, err, `-chaos must be one of pause, failover, partition, latency, clock, mix, redis-hang, db-hang or none, got "kill"`)
+	_, err := ParseConfig([]string{"-chaos", "explode"}, io.Discard)
+	assert.EqualError(t, err, `-chaos must be one of pause, failover, partition, latency, clock, mix, kill, redis-hang, db-hang or none, got "explode"`)
 	c, err := ParseConfig([]string{"-chaos", "none"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, fault.ChaosNone, c.Chaos)
