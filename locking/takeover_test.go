@@ -19,10 +19,11 @@ import (
 	"github.com/stockguard/stockguard/internal/testutil"
 )
 
-// takeoverOpts are the Options of the takeover tests: the storefront's call timeout, so the
-// default ProcessTTL is 1s, under a lease far longer than any wait of these tests.
+// takeoverOpts are the Options of the takeover tests: a process key of 300ms (three call
+// timeouts of 100ms; the storefront's is 1s), under a lease far longer than any wait of these
+// tests.
 func takeoverOpts(lease time.Duration) *Options {
-	return &Options{Lease: lease, CallTimeout: 250 * time.Millisecond, Wait: lease}
+	return &Options{Lease: lease, CallTimeout: 100 * time.Millisecond, ProcessTTL: 300 * time.Millisecond, Wait: lease}
 }
 
 // deadOwner writes the lock hash of key for an owner of a process that has no process key (a
