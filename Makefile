@@ -10,7 +10,7 @@ TESTARGS ?=
 test: deps vet
 	$(GO) test -race -count=1 -timeout 15m $(TESTARGS) $(PKGS)
 	$(GO) test -tags nodemo -count=1 . ./handlers ./inventory ./models ./locking
-	$(GO) test -tags simmutation -count=1 -timeout 5m ./sim # the simulator's short run, without -race
+	$(GO) test -tags simmutation -count=1 -timeout 5m -parallel 8 ./sim # the simulator's short run, without -race
 
 ## deps: Go modules, a real redis-server, the PostgreSQL server binaries and Chromium for the
 ## lab's browser test, nginx for the routing test (Debian packages redis-server, postgresql,
@@ -75,4 +75,4 @@ screenshots: deps
 SIM_SEEDS ?= 200
 sim:
 	$(GO) test -c -tags simmutation -o sim.test ./sim
-	./sim.test -test.run 'TestSim$$|TestMutations' -test.timeout 0 -sim.weak -sim.seeds=$(SIM_SEEDS) $(SIM_ARGS); s=$$?; rm -f sim.test; exit $$s
+	./sim.test -test.run 'TestSim$$|TestMutations' -test.timeout 0 -test.parallel 8 -sim.weak -sim.seeds=$(SIM_SEEDS) $(SIM_ARGS); s=$$?; rm -f sim.test; exit $$s
