@@ -35,7 +35,7 @@ test-passes: deps vet testbin
 	$(GO) vet -tags nodemo $(PKGS)
 	$(call gotest,nodemo,-tags nodemo -run '^TestNodemoBuild$$' .)
 	$(call gotest,nodemo-handlers,-tags nodemo ./handlers)
-	$(call gotest,sim,-tags simmutation -timeout 5m ./sim) # the simulator's short run, without -race (docs/simulation.md)
+	$(call gotest,sim,-tags simmutation -timeout 5m -parallel 8 ./sim) # the simulator's short run, without -race (docs/simulation.md)
 
 # testbin: the storefront as the tests start it (default, -tags leaktest, -tags nodemo) and testtime.
 testbin:
@@ -124,4 +124,4 @@ screenshots: deps
 SIM_SEEDS ?= 200
 sim:
 	$(GO) test -c -tags simmutation -o sim.test ./sim
-	./sim.test -test.run 'TestSim$$|TestMutations' -test.timeout 0 -sim.weak -sim.seeds=$(SIM_SEEDS) $(SIM_ARGS); s=$$?; rm -f sim.test; exit $$s
+	./sim.test -test.run 'TestSim$$|TestMutations' -test.timeout 0 -test.parallel 8 -sim.weak -sim.seeds=$(SIM_SEEDS) $(SIM_ARGS); s=$$?; rm -f sim.test; exit $$s
