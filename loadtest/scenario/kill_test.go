@@ -20,7 +20,7 @@ import (
 // mode's default): the instance whose process holds the hot item's lock is killed twice and
 // started again. lock+guard's waiters take the dead process's lock over about a second after
 // the kill: every gap is seen and meets -threshold gap<3s (the bound of the root test
-// TestKilledHolderTakenOver: issue 38's 2s is the worst of 20 kills, measured with -kills 20,
+// TestKilledHolderTakenOver: the 2s target is the worst of 20 kills, measured with -kills 20,
 // docs/measured.md; two kills on a loaded machine are held to the test's bound), nothing is
 // oversold, the history is linearizable, and the text, JSON and HTML reports give each gap.
 func TestChaosKill(t *testing.T) {
