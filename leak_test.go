@@ -87,9 +87,19 @@ func buildBinary(t *testing.T, tags ...string) string {
 // and waits for it to listen; it is stopped when t ends.
 func startBinary(t *testing.T, bin string, args ...string) *server {
 	t.Helper()
+	return startBinaryEnv(t, bin, nil, args...)
+}
+
+// startBinaryEnv is startBinary with env as the process's whole environment. It is stopped with
+// SIGINT (graceful: a traced storefront flushes its spans) when t ends.
+func startBinaryEnv(t *testing.T, bin string, env map[string]string, args ...string) *server {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = []string{}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 15 * time.Second
 	stderr, err := cmd.StderrPipe()
@@ -100,6 +110,7 @@ func startBinary(t *testing.T, bin string, args ...string) *server {
 	go func() { // one Write per line, as the in-process logger does
 		defer close(lines)
 		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			_, _ = s.logs.Write(append(sc.Bytes(), '\n'))
 		}

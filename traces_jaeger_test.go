@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -52,7 +50,7 @@ func TestTracesInJaeger(t *testing.T) {
 	services := []string{"stockguard-a", "stockguard-b"}
 	var fronts [2]*server
 	for i := range fronts {
-		fronts[i] = startTraced(t, bin, map[string]string{
+		fronts[i] = startBinaryEnv(t, bin, map[string]string{
 			"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp,
 			"OTEL_SERVICE_NAME":           services[i],
 			"OTEL_TRACES_SAMPLER":         "always_on",
@@ -253,57 +251,6 @@ func TestTracingOnlyWhenAsked(t *testing.T) {
 		assert.Contains(t, s.logs.String(), "msg=tracing service=stockguard")
 		assert.Positive(t, posts.Load(), "spans exported over OTLP/HTTP by the shutdown")
 	}
-}
-
-// startTraced runs the storefront binary bin with env as its whole environment and args,
-// and waits for it to listen; it is stopped (SIGINT, graceful: its spans are flushed) when t
-// ends.
-func startTraced(t *testing.T, bin string, env map[string]string, args ...string) *server {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, args...)
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 15 * time.Second
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	s := &server{t: t, logs: &logSink{addrs: make(chan string, 1)}, stop: cancel, done: make(chan int, 1)}
-	require.NoError(t, cmd.Start())
-	lines := make(chan struct{})
-	go func() { // owner: the cleanup, which waits for done
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			_, _ = s.logs.Write(append(sc.Bytes(), '\n'))
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	go func() {
-		<-lines
-		_ = cmd.Wait()
-		s.done <- cmd.ProcessState.ExitCode()
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-s.done:
-		case <-time.After(20 * time.Second):
-			t.Error("storefront binary did not stop")
-		}
-		if t.Failed() {
-			t.Logf("storefront log:\n%s", s.logs)
-		}
-	})
-	select {
-	case addr := <-s.logs.addrs:
-		s.url = "http://" + strings.TrimSpace(addr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no listening line after 30s:\n%s", s.logs)
-	}
-	return s
 }
 
 // jaegerBinary returns Jaeger's all-in-one built from the nested module tools/jaeger (its own
