@@ -110,22 +110,15 @@ func (s *Supervisor) Kill(ctx context.Context, items []int64) ([]Killed, error) 
 // kill answers POST /api/lab/kill {"item":N}: the instance holding item's lock is killed with
 // SIGKILL, and started again.
 func (l *api) kill(c *gin.Context) {
-	var body struct {
-		Item int64 `json:"item"`
-	}
-	if err := handlers.DecodeJSON(c.Request.Body, &body); err != nil {
-		handlers.WriteError(c, err)
-		return
-	}
-	if body.Item < 1 {
-		handlers.WriteError(c, invalidField("item", "a positive item id", body.Item))
+	item, ok := itemOfBody(c)
+	if !ok {
 		return
 	}
 	if l.sup == nil {
 		handlers.WriteError(c, errKillUnsupported)
 		return
 	}
-	k, err := l.sup.Kill(c.Request.Context(), []int64{body.Item})
+	k, err := l.sup.Kill(c.Request.Context(), []int64{item})
 	if err != nil {
 		handlers.WriteError(c, err)
 		return

@@ -218,24 +218,34 @@ func (l *api) reset(c *gin.Context) {
 	c.JSON(http.StatusOK, handlers.ItemViews(items))
 }
 
-// pause answers POST /api/lab/pause {"item":N}.
-func (l *api) pause(c *gin.Context) {
+// itemOfBody decodes a body {"item":N} of a positive item id (pause, kill), or answers the
+// error and returns false.
+func itemOfBody(c *gin.Context) (int64, bool) {
 	var body struct {
 		Item int64 `json:"item"`
 	}
 	if err := handlers.DecodeJSON(c.Request.Body, &body); err != nil {
 		handlers.WriteError(c, err)
-		return
+		return 0, false
 	}
 	if body.Item < 1 {
 		handlers.WriteError(c, invalidField("item", "a positive item id", body.Item))
+		return 0, false
+	}
+	return body.Item, true
+}
+
+// pause answers POST /api/lab/pause {"item":N}.
+func (l *api) pause(c *gin.Context) {
+	item, ok := itemOfBody(c)
+	if !ok {
 		return
 	}
 	if l.sup == nil {
 		handlers.WriteError(c, errPauseUnsupported)
 		return
 	}
-	p, err := l.sup.Pause(c.Request.Context(), body.Item)
+	p, err := l.sup.Pause(c.Request.Context(), item)
 	if err != nil {
 		handlers.WriteError(c, err)
 		return
