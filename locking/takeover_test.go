@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/internal/testutil"
 )
 
@@ -324,4 +325,49 @@ func TestTakeoverCostsNoRoundTripUncontended(t *testing.T) {
 		assert.Equal(t, plain, taken, "%s: commands without and with WithTakeover", name)
 		assert.Positive(t, plain, name)
 	}
+}
+
+// TestProcessKeyFirstWriteUnderAHang: the first takeover Obtain of a Client writes the process
+// key; Obtains that arrive while Redis hangs on that write wait for it on their own context,
+// not behind a mutex until the write's call timeout (the simulator stalled on that mutex: a
+// mutex wait does not let a simulated clock move), and a Close during the write leaves no key.
+func TestProcessKeyFirstWriteUnderAHang(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c := New(rdb, &Options{Lease: time.Minute, CallTimeout: 3 * time.Second, ProcessTTL: 9 * time.Second})
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Obtain(ctxT(t, 10*time.Second), uniqueKey(t), WithTakeover())
+		first <- err
+	}()
+	require.Eventually(t, func() bool {
+		c.hb.mu.Lock()
+		defer c.hb.mu.Unlock()
+		return c.hb.starting != nil
+	}, 5*time.Second, time.Millisecond, "the first Obtain writes the process key")
+
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Obtain(short, uniqueKey(t), WithTakeover())
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	select {
+	case err := <-first:
+		t.Fatalf("the second Obtain waited out the first one's write (%v)", err)
+	default: // the first write still hangs: the second waited on its own context only
+	}
+
+	require.NoError(t, c.Close()) // the key was never written: nothing to delete yet
+	srv.Resume()
+	select {
+	case err := <-first:
+		require.ErrorIs(t, err, ErrClosed, "closed during its write, the Obtain does not take the lock")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first Obtain did not end")
+	}
+	n, err := srv.Client(t).Exists(context.Background(), c.processKey(c.process)).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a Close during the first write leaves no process key")
 }
