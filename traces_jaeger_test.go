@@ -115,15 +115,28 @@ func TestTracesInJaeger(t *testing.T) {
 	require.Equal(t, http.StatusCreated, other.status, "the other storefront's buyer sells during the stall")
 	require.Equal(t, http.StatusCreated, stallReq.status, "the stalled buyer's retry sells")
 
-	// Each request's trace id, from its log lines (the access log line carries trace_id).
+	// Each request's trace id, from its log lines (the access log line carries trace_id). A
+	// storefront writes that line as it answers, and the test reads its output through a pipe:
+	// the last answer can arrive before its line does, so the lines are read until all are in.
 	traceOf := map[string]string{} // request id -> trace id
 	traceRE := regexp.MustCompile(`request_id=(\S+).*\btrace_id=([0-9a-f]{32})`)
-	for _, f := range fronts {
-		for _, line := range strings.Split(f.logs.String(), "\n") {
-			if m := traceRE.FindStringSubmatch(line); m != nil && strings.Contains(line, "msg=request ") {
-				traceOf[m[1]] = m[2]
+	allLogged := func() bool {
+		for _, f := range fronts {
+			for _, line := range strings.Split(f.logs.String(), "\n") {
+				if m := traceRE.FindStringSubmatch(line); m != nil && strings.Contains(line, "msg=request ") {
+					traceOf[m[1]] = m[2]
+				}
 			}
 		}
+		for _, r := range reqs {
+			if traceOf[r.id] == "" {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); !allLogged() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
 	}
 	distinct := map[string]bool{}
 	for _, r := range reqs {
