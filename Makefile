@@ -37,11 +37,12 @@ test:
 # its vet, which builds every package and test without the demo, and the tests written for that
 # build (the root's TestNodemoBuild; handlers, whose test setup the tag changes); locking, models
 # and inventory's tests are the same code in both builds, run once.
+# -vet=off where a full go vet of the same build ran before (go test's own vet is a subset of it).
 test-passes: deps vet testbin
-	$(call gotest,race,-race -p $(TEST_P) -timeout 15m $(TESTARGS) $(RACE_PKGS))
+	$(call gotest,race,-vet=off -race -p $(TEST_P) -timeout 15m $(TESTARGS) $(RACE_PKGS))
 	$(GO) vet -tags nodemo $(PKGS)
-	$(call gotest,nodemo,-tags nodemo -run '^TestNodemoBuild$$' .)
-	$(call gotest,nodemo-handlers,-tags nodemo ./handlers)
+	$(call gotest,nodemo,-vet=off -tags nodemo -run '^TestNodemoBuild$$' .)
+	$(call gotest,nodemo-handlers,-vet=off -tags nodemo ./handlers)
 	$(call gotest,sim,-tags simmutation -timeout 5m -parallel 8 ./sim) # the simulator's short run, without -race (docs/simulation.md)
 
 # testbin: the storefront as the tests start it (default, -tags leaktest, -tags nodemo) and testtime.
