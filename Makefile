@@ -59,7 +59,7 @@ testbin:
 ## detector; the multi-process, fault, browser and PostgreSQL-row tests skip, naming their group
 ## (internal/testutil).
 test-short:
-	$(GO) test -race -short -count=1 $(TESTARGS) $(PKGS)
+	$(GO) test -race -short -count=1 -p $(TEST_P) $(TESTARGS) $(RACE_PKGS)
 
 ## jaeger: build Jaeger v1.76.0 from its Go sources (tools/jaeger) once into the user's cache, so that
 ## TestTracesInJaeger runs (it skips while no build is cached: a cold build takes 10 min or more).

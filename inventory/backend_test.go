@@ -26,6 +26,7 @@ import (
 // (On SQLite the one wait a write can meet is the busy handler, which no deadline interrupts:
 // the busy timeout bounds it, and TestDatabaseBusyRetriedOnceThenUnavailable tests it.)
 func TestPostgresWriteTransactionDeadline(t *testing.T) {
+	testutil.SkipShort(t, testutil.Postgres)
 	be := postgresBackend
 	db, dsn := openDB(t, be)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard, WriteTimeout: 300 * time.Millisecond})
@@ -67,6 +68,7 @@ func waitingBackend(t *testing.T, db *gorm.DB, prefix string) int {
 // guarded UPDATE waits for the row) is 503 unavailable, and the server rolled the transaction
 // back: nothing half-written.
 func TestPostgresConnectionLostMidTransaction(t *testing.T) {
+	testutil.SkipShort(t, testutil.Postgres)
 	db, dsn := openDB(t, postgresBackend)
 	s := newService(t, inventory.Config{DB: db, Default: inventory.StrategyGuard})
 	id := resetItems(t, s, 10)[0]
@@ -100,6 +102,7 @@ func TestPostgresConnectionLostMidTransaction(t *testing.T) {
 // transaction (its deadlock_timeout, 1s, fires first: the other one's is 10s); the retry waits
 // for the other transaction, which rolls back, and succeeds.
 func TestPostgresDeadlockRetriedOnce(t *testing.T) {
+	testutil.SkipShort(t, testutil.Postgres)
 	_, dsn := openDB(t, postgresBackend)
 	// PostgreSQL looks for a deadlock once, deadlock_timeout after a backend starts waiting.
 	// The purchase's check must come after t1 has joined the cycle, which on a loaded machine
@@ -262,6 +265,7 @@ func TestPostgresCrashMidStreamResolvedByReplay(t *testing.T) {
 // at Config.WriteTimeout, every buyer of the batch gets ErrUnavailable, nothing is written;
 // and a connection lost in the middle of it is ErrUnavailable too, rolled back by the server.
 func TestPostgresCoalescedWriteDeadlineAndLostConnection(t *testing.T) {
+	testutil.SkipShort(t, testutil.Postgres)
 	srv := redistest.Start(t)
 	db, dsn := openDB(t, postgresBackend)
 	rdb := warmClient(t, srv)

@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"github.com/stockguard/stockguard/internal/testutil"
 	"sync"
 	"testing"
 	"time"
@@ -120,6 +121,7 @@ func stallRun(t *testing.T, s *inventory.Service, st *stall, strategy string, it
 // With a stall before the write, lock writes stale every time: the stalled holder's lease runs out,
 // the next buyers take the lock, and its write lands after theirs with an older token.
 func TestStallLockWritesStale(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	s, rec, fault := stallService(t, srv, time.Second)
 	item := resetItems(t, s, 10)[0]
@@ -143,6 +145,7 @@ func TestStallLockWritesStale(t *testing.T) {
 // With a stall before the write, lock+guard's stale write is refused by the fence every time; the
 // purchase is retried under a new lock and sells, and nothing is oversold or lost.
 func TestStallLockGuardFenceRefuses(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	srv := redistest.Start(t)
 	s, rec, fault := stallService(t, srv, time.Second)
 	item := resetItems(t, s, 10)[0]

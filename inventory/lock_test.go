@@ -167,7 +167,10 @@ func testLockGuardSafeAcrossProcesses(t *testing.T, be backend) {
 // A lock that expires mid-purchase (short fixed lease, no watchdog, work longer than the
 // lease) while its holder cannot notice: lock oversells, lock+guard does not, because the
 // fence check refuses the older holder's write. This is the lesson of the fence.
-func TestExpiredLockMidPurchase(t *testing.T) { forEachBackend(t, testExpiredLockMidPurchase) }
+func TestExpiredLockMidPurchase(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
+	forEachBackend(t, testExpiredLockMidPurchase)
+}
 
 func testExpiredLockMidPurchase(t *testing.T, be backend) {
 	srv := redistest.Start(t)
@@ -220,6 +223,7 @@ func testExpiredLockMidPurchase(t *testing.T, be backend) {
 // update; lock+guard refuses A's stale write, retries with a new token and records both
 // purchases. (In one process, lock+guard's B would wait for A's hold in the item's queue.)
 func TestStaleHolderWritesAfterNewerOne(t *testing.T) {
+	testutil.SkipShort(t, testutil.Fault)
 	forEachBackend(t, testStaleHolderWritesAfterNewerOne)
 }
 

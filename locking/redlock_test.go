@@ -196,6 +196,7 @@ func TestRedlockSlowAcquisitionNotHeld(t *testing.T) {
 }
 
 func TestRedlockMutualExclusion32(t *testing.T) {
+	testutil.SkipShort(t, testutil.MultiProcess)
 	verifyNoLeaks(t)
 	_, rdbs := startNodes(t, 5)
 	// A generous per-node timeout: 160 concurrent calls on a loaded 2-core test machine.

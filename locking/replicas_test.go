@@ -80,6 +80,7 @@ func (r replicated) stopReplica(tb testing.TB) {
 // replica holds the lock hash and the fencing token the moment Obtain returns (core, fair
 // and each key of ObtainMany).
 func TestReplicasAcquiredLockIsOnTheReplica(t *testing.T) {
+	testutil.SkipShort(t, testutil.MultiProcess)
 	verifyNoLeaks(t)
 	r := startReplicated(t)
 	c := newClient(t, r.master, &Options{Replicas: 1, Lease: 5 * time.Second})
@@ -119,6 +120,7 @@ func TestReplicasAcquiredLockIsOnTheReplica(t *testing.T) {
 // With the replica up, acknowledged renewals keep a lock (and a Multi) for two leases (six
 // renewals; the lease is long enough for a loaded machine's WAIT to be retried in time).
 func TestReplicasAcknowledgedRenewalsKeepTheLock(t *testing.T) {
+	testutil.SkipShort(t, testutil.MultiProcess)
 	verifyNoLeaks(t)
 	r := startReplicated(t)
 	const lease = 3 * time.Second
@@ -143,6 +145,7 @@ func TestReplicasAcknowledgedRenewalsKeepTheLock(t *testing.T) {
 // key on the master, WAITs in vain, gives it back and tries again until its wait ends: the
 // error is ErrNotReplicated (and ErrNotObtained), and no lock is left behind.
 func TestReplicasStoppedReplicaRefusesTheLock(t *testing.T) {
+	testutil.SkipShort(t, testutil.MultiProcess)
 	verifyNoLeaks(t)
 	r := startReplicated(t)
 	rdb := r.master.Client(t)
@@ -220,6 +223,7 @@ func TestReplicasNoReplicaRefusesTheLock(t *testing.T) {
 // acknowledged can end, although the master renews the keys all along (a Client without the
 // option keeps its lock).
 func TestReplicasUnacknowledgedRenewalsLoseTheLock(t *testing.T) {
+	testutil.SkipShort(t, testutil.MultiProcess)
 	verifyNoLeaks(t)
 	r := startReplicated(t)
 	const lease = 900 * time.Millisecond

@@ -9,7 +9,7 @@ const (
 	MultiProcess = "multi-process" // several OS processes: storefront binaries, Redis Cluster or Sentinel, nginx
 	Fault        = "fault"         // a fault on a real server: a stopped, paused or cut-off Redis or PostgreSQL, a hung node
 	Browser      = "browser"       // a headless Chromium
-	Postgres     = "postgres"      // the PostgreSQL rows of a table that runs on both backends (SQLite still runs)
+	Postgres     = "postgres"      // the PostgreSQL rows of a table that runs on both backends (SQLite still runs), and the PostgreSQL-only tests
 )
 
 // SkipShort skips tb under -short, naming its group (MultiProcess, Fault, Browser, Postgres)
