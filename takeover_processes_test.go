@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/pgproc"
+	"github.com/stockguard/stockguard/internal/procutil"
 	"github.com/stockguard/stockguard/internal/redistest"
 	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
@@ -275,9 +276,14 @@ func (k *killRun) holder(t *testing.T, kill bool) (int, time.Time) {
 			if v := k.holderOf(owners[0]); v >= 0 {
 				p := k.procs[v]
 				require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
-				// A release the holder wrote just before it stopped may still be on its way to
-				// Redis: let Redis serve it before asking whether the lock is still held.
-				time.Sleep(50 * time.Millisecond)
+				// A release the holder wrote before it stopped must reach Redis before the
+				// question whether the lock is still held: once every thread is stopped, what
+				// it wrote is in Redis's socket buffer (loopback), and Redis runs it in the event
+				// loop's turn that sees it; two round trips of ours span a whole turn after that.
+				require.Eventually(t, func() bool { return procutil.Stopped(p.cmd.Process.Pid) }, 5*time.Second, time.Millisecond)
+				for range 2 {
+					require.NoError(t, k.rdb.Ping(context.Background()).Err())
+				}
 				still, err := k.rdb.HExists(context.Background(), hash, owners[0]).Result()
 				require.NoError(t, err)
 				if still && !kill {

@@ -3,11 +3,11 @@
 package lab_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/stockguard/stockguard/internal/procutil"
 	"io"
 	"net"
 	"net/http"
@@ -217,22 +217,5 @@ func TestLabSupervisor(t *testing.T) {
 // of a process one by one: one still running may answer a request sent right after kill).
 func waitStopped(t *testing.T, pid int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil || len(tasks) == 0 {
-			return false
-		}
-		for _, task := range tasks {
-			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-			if err != nil {
-				return false
-			}
-			// The state follows the command's closing parenthesis: "pid (comm) S ...".
-			i := bytes.LastIndexByte(stat, ')')
-			if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, time.Millisecond, "process %d stopped", pid)
+	require.Eventually(t, func() bool { return procutil.Stopped(pid) }, 5*time.Second, time.Millisecond, "process %d stopped", pid)
 }

@@ -64,3 +64,26 @@ func Stop(p *os.Process, exited <-chan struct{}, grace time.Duration) {
 	_ = p.Kill()
 	<-exited
 }
+
+// Stopped reports whether every thread of process pid is stopped (Linux: /proc/pid/task/*/stat).
+// SIGSTOP reaches the threads of a process one by one, and kill(2) returns before they stop: a
+// thread still running may finish a write (a reply, a lock's release) after the signal was
+// sent. A test that needs the process frozen waits until Stopped.
+func Stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command's closing parenthesis: "pid (comm) S ...".
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
+			return false
+		}
+	}
+	return true
+}

@@ -84,3 +84,14 @@ func TestStopWithoutGraceKills(t *testing.T) {
 	procutil.Stop(cmd.Process, exited, 0)
 	assert.Equal(t, syscall.SIGKILL, signalOf(t, cmd))
 }
+
+func TestStoppedFollowsSIGSTOPAndSIGCONT(t *testing.T) {
+	cmd, _ := startChild(t, "echo ready; exec sleep 60")
+	pid := cmd.Process.Pid
+	assert.False(t, procutil.Stopped(pid), "a running child")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	require.Eventually(t, func() bool { return procutil.Stopped(pid) }, 5*time.Second, time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	require.Eventually(t, func() bool { return !procutil.Stopped(pid) }, 5*time.Second, time.Millisecond)
+	assert.False(t, procutil.Stopped(1<<30), "no such process")
+}
