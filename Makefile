@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 TESTARGS ?=
 
-.PHONY: test test-passes test-short testbin deps system-packages vet bench oapigen jaeger loadtest perf run lab screenshots sim
+.PHONY: test test-passes test-beside test-short testbin deps system-packages vet bench oapigen jaeger loadtest perf run lab screenshots sim
 
 # The run's storefront builds, go test's events and the run's start (git ignores it).
 TESTBIN     ?= $(CURDIR)/.testbin
@@ -33,13 +33,22 @@ test:
 	  $(GO) run ./internal/testtime summary -start $(TESTBIN)/start -budget $(TEST_BUDGET) $(TESTBIN)/*.json || status=1; \
 	  exit $$status
 
-# test-passes: one line per pass of make test. The nodemo tag (no lab, no demo strategies) gets
-# its vet, which builds every package and test without the demo, and the tests written for that
-# build (the root's TestNodemoBuild; handlers, whose test setup the tag changes); locking, models
-# and inventory's tests are the same code in both builds, run once.
+# test-passes: the passes of make test. The race pass runs every test; beside it, at a lower
+# priority (nice), so that they take the cores its waits leave idle, run what the nodemo tag
+# changes (no lab, no demo strategies: its vet, which builds every package and test without the
+# demo, and the tests written for that build: the root's TestNodemoBuild, and handlers, whose
+# test setup the tag changes; locking, models and inventory's tests are the same code in both
+# builds, run once) and the simulator's short run. Their output follows the race pass's.
 # -vet=off where a full go vet of the same build ran before (go test's own vet is a subset of it).
 test-passes: deps vet testbin
-	$(call gotest,race,-vet=off -race -p $(TEST_P) -timeout 15m $(TESTARGS) $(RACE_PKGS))
+	@nice -n 5 $(MAKE) -k --no-print-directory test-beside > $(TESTBIN)/beside.log 2>&1 & beside=$$!; \
+	  echo "go test -race ./... (the nodemo and simulator passes run beside it: their output follows)"; \
+	  $(call gotest,race,-vet=off -race -p $(TEST_P) -timeout 15m $(TESTARGS) $(RACE_PKGS)); race=$$?; \
+	  wait $$beside; beside=$$?; cat $(TESTBIN)/beside.log; \
+	  [ $$race = 0 ] && [ $$beside = 0 ]
+
+# test-beside: the passes make test runs beside the race pass (one line each).
+test-beside:
 	$(GO) vet -tags nodemo $(PKGS)
 	$(call gotest,nodemo,-vet=off -tags nodemo -run '^TestNodemoBuild$$' .)
 	$(call gotest,nodemo-handlers,-vet=off -tags nodemo ./handlers)
