@@ -275,7 +275,7 @@ func TestPostgresCoalescedWriteDeadlineAndLostConnection(t *testing.T) {
 	id := resetItems(t, s, 10)[0]
 	other := openPath(t, dsn)
 
-	buyAll := func(keys ...string) []error {
+	buyAllFrom := func(s *inventory.Service, keys ...string) []error {
 		errs := make([]error, len(keys))
 		var wg sync.WaitGroup
 		for i, k := range keys {
@@ -289,6 +289,11 @@ func TestPostgresCoalescedWriteDeadlineAndLostConnection(t *testing.T) {
 		wg.Wait()
 		return errs
 	}
+	buyAll := func(keys ...string) []error { return buyAllFrom(s, keys...) }
+	// The lost connection: a storefront whose write deadline is far off, so that its update
+	// waits on the row lock until the test finds its backend and ends it (under
+	// WriteTimeout's 300ms, a loaded machine could miss the wait: a run of make test did).
+	patient := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), WriteTimeout: time.Minute})
 
 	holder := other.Begin()
 	require.NoError(t, holder.Error)
@@ -308,7 +313,7 @@ func TestPostgresCoalescedWriteDeadlineAndLostConnection(t *testing.T) {
 	require.NoError(t, holder.Error)
 	require.NoError(t, holder.Exec("SELECT id FROM items WHERE id = ? FOR UPDATE", id).Error)
 	done := make(chan []error, 1)
-	go func() { done <- buyAll("l-1", "l-2") }()
+	go func() { done <- buyAllFrom(patient, "l-1", "l-2") }()
 	pid := waitingBackend(t, other, "UPDATE items")
 	require.NoError(t, other.Exec("SELECT pg_terminate_backend(?)", pid).Error)
 	for _, err := range <-done {

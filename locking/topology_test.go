@@ -140,6 +140,14 @@ func TestSentinelLockAcrossFailover(t *testing.T) {
 	defer c.Close()
 	ctx := ctxT(t, 30*time.Second)
 	key := uniqueKey(t)
+	// The failover client finds the master through the sentinels on its first call: on a loaded
+	// machine that can take longer than one call timeout (a run of make test failed its first
+	// Obtain so), so the test waits until the client reaches the master before it begins.
+	require.Eventually(t, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return rdb.Ping(pctx).Err() == nil
+	}, 20*time.Second, 10*time.Millisecond, "the failover client reaches the master")
 	l, err := c.Obtain(ctx, key)
 	require.NoError(t, err)
 	first := l.Token()
