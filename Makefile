@@ -20,7 +20,7 @@ STOREFRONT_ENV = STOCKGUARD_BIN=$(TESTBIN)/stockguard STOCKGUARD_BIN_LEAKTEST=$(
 # servers, leases and fault windows, so two binaries leave a core idle a third of the time
 # (docs/architecture.md#tests).
 TEST_P     ?= 4
-SLOW_FIRST ?= ./loadtest/scenario ./inventory . ./locking ./lab ./pitfalls ./models
+SLOW_FIRST ?= ./inventory ./loadtest/scenario . ./locking ./lab ./pitfalls ./models
 RACE_PKGS   = $(if $(filter ./...,$(PKGS)),$(SLOW_FIRST) $(PKGS),$(PKGS))
 gotest = $(STOREFRONT_ENV) $(TESTTIME) run -json $(TESTBIN)/$(1).json -- $(GO) test -json -count=1 $(2)
 
