@@ -82,26 +82,15 @@ func (s *Set) All() []Backend { return []Backend{s.SQLite, s.Postgres} }
 // The rows run in parallel with each other (t.Parallel), not with other tests: each row has a
 // database of its own and starts the servers it needs, and most of a row's time is waits
 // (leases, deadlines, a PostgreSQL server's answers), so the two together take little longer
-// than the slower one (docs/architecture.md#tests). A row that cannot share the process with
-// the other (a process-wide setting) says so and runs alone: ForEachAlone.
+// than the slower one (docs/architecture.md#tests). A test whose rows cannot share the process
+// (a process-wide setting) runs its rows with t.Run itself.
 func (s *Set) ForEach(t *testing.T, test func(t *testing.T, b Backend)) {
-	s.forEach(t, true, test)
-}
-
-// ForEachAlone is ForEach with its rows one after the other.
-func (s *Set) ForEachAlone(t *testing.T, test func(t *testing.T, b Backend)) {
-	s.forEach(t, false, test)
-}
-
-func (s *Set) forEach(t *testing.T, parallel bool, test func(t *testing.T, b Backend)) {
 	for _, b := range s.All() {
 		t.Run(b.Name, func(t *testing.T) {
 			if b.Name == s.Postgres.Name {
 				testutil.SkipShort(t, testutil.Postgres)
 			}
-			if parallel {
-				t.Parallel()
-			}
+			t.Parallel()
 			test(t, b)
 		})
 	}
