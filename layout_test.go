@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/storefrontbin"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 const module = "github.com/stockguard/stockguard"
@@ -202,13 +203,18 @@ func TestCommandLinksNoTestKit(t *testing.T) {
 }
 
 // Built with -tags nodemo the command has no lab and no demo strategies: it links neither
-// package lab nor package pitfalls, and it builds. The default build links both.
+// package lab nor package pitfalls. The default build links both.
 func TestNodemoBuildLeavesTheDemoOut(t *testing.T) {
 	without, with := deps(t, "nodemo"), deps(t, "")
 	for _, pkg := range []string{module + "/lab", module + "/pitfalls"} {
 		assert.NotContains(t, without, pkg)
 		assert.Contains(t, with, pkg)
 	}
+}
+
+// The command builds with -tags nodemo (make test built it once: no build here then).
+func TestNodemoStorefrontBuilds(t *testing.T) {
+	testutil.SkipShort(t, testutil.Build)
 	_, err := storefrontbin.Shared(context.Background(), ".", t.TempDir(), "nodemo") // make test's nodemo build when STOCKGUARD_BIN_NODEMO names it
 	require.NoError(t, err)
 }

@@ -9,10 +9,11 @@ const (
 	MultiProcess = "multi-process" // several OS processes: storefront binaries, Redis Cluster or Sentinel, nginx
 	Fault        = "fault"         // a fault on a real server: a stopped, paused or cut-off Redis or PostgreSQL, a hung node
 	Browser      = "browser"       // a headless Chromium
+	Build        = "build"         // a go build of the storefront (tens of seconds; make test builds it once for every test)
 	Postgres     = "postgres"      // the PostgreSQL rows of a table that runs on both backends (SQLite still runs), and the PostgreSQL-only tests
 )
 
-// SkipShort skips tb under -short, naming its group (MultiProcess, Fault, Browser, Postgres)
+// SkipShort skips tb under -short, naming its group (MultiProcess, Fault, Browser, Build, Postgres)
 // in the message: `make test` runs it.
 func SkipShort(tb testing.TB, group string) {
 	tb.Helper()
