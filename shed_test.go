@@ -210,10 +210,13 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 	p99 := served[len(served)*99/100]
 	t.Logf("at_capacity answers, seen by the server: %d, p50 %s, p99 %s", len(served), served[len(served)/2], p99)
 	// They wait for nothing: a purchase that reached the database would wait out the write
-	// deadline (10s). What an answer at once still costs here is 2,000 connections on two cores
-	// under the race detector (a p99 of about 1s seen on a quiet machine), so the bound is
-	// half the deadline: it tells "answered at once" from "waited for the database".
-	assert.Less(t, p99, 5*time.Second, "at_capacity answers wait for nothing (the write deadline is 10s)")
+	// deadline (10s), every one of them. What an answer at once still costs here is 2,000
+	// connections on two cores under the race detector: a p99 of about 1s on a quiet machine,
+	// 5.4s and 7.4s on machines loaded 20 deep, where the median stayed under 0.9s. So the
+	// median must be under half the deadline and the slowest under the deadline: that tells
+	// "answered at once" from "waited for the database" without timing the machine's load.
+	assert.Less(t, served[len(served)/2], 5*time.Second, "at_capacity answers wait for nothing (the write deadline is 10s): the median")
+	assert.Less(t, served[len(served)-1], 10*time.Second, "no at_capacity answer waited out the write deadline (10s)")
 
 	signalPostgres(t, pg.PID(), syscall.SIGCONT)
 	resumed = true

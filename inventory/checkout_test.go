@@ -433,8 +433,13 @@ func notStarved(t *testing.T, s, carts *inventory.Service, ids []int64) {
 		took := time.Since(start)
 		require.NoError(t, err, "cart %d", i)
 		assert.Len(t, rec.Lines, 2)
-		assert.Less(t, took, 2*time.Second, "cart %d waited %s", i, took)
-		t.Logf("cart %d: %s, while %d purchases of the hot item were sold", i, took, bought.Load()-before)
+		// Served within a bounded number of the hot item's batches, counted, not timed (a
+		// loaded machine slows the buyers and the cart alike: a cart waited 2.05s there while 36
+		// purchases sold; 31 to 70 sell during a wait, however long it takes). A starved cart
+		// would see the buyers' batches go by until its lock wait ran out (an error above).
+		passed := bought.Load() - before
+		t.Logf("cart %d: %s, while %d purchases of the hot item were sold", i, took, passed)
+		assert.Less(t, passed, int64(200), "cart %d waited while %d purchases of the hot item were sold (%s)", i, passed, took)
 	}
 	stop()
 	wg.Wait()
