@@ -131,6 +131,7 @@ func New(rdb redis.UniversalClient, opts *Options) *Client {
 		log:         opts.logger(),
 		family:      opts.family(),
 	}
+	c.hb.first = make(chan struct{}, 1)
 	if opts != nil {
 		c.hooks, c.breakers = opts.Hooks, opts.Breakers
 	}

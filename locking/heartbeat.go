@@ -36,7 +36,12 @@ func (c *Client) processKey(id string) string { return c.prefix + "process:{" + 
 // stopped by Close.
 type heartbeat struct {
 	running atomic.Bool // set once the key was first written: later Obtains take no lock
-	mu      sync.Mutex
+	// first is held (one slot) by the Obtain that writes the key first, across its round
+	// trip: a channel, not a mutex, so that the Obtains queued behind it wait as their
+	// contexts allow, and a waiter is durably blocked (a mutex held across a Redis call that
+	// waits on the clock froze the simulator's clock: docs/measured.md, "The simulator").
+	first   chan struct{}
+	mu      sync.Mutex // guards started, closed and timer; never held across a call to Redis
 	started bool
 	closed  bool
 	timer   *time.Timer
@@ -52,17 +57,32 @@ func (c *Client) startHeartbeat(ctx context.Context) error {
 	if hb.running.Load() {
 		return nil
 	}
+	select {
+	case hb.first <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("locking: process key: %w", ctx.Err())
+	}
+	defer func() { <-hb.first }()
 	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	if hb.started || hb.closed {
+	done := hb.started || hb.closed
+	hb.mu.Unlock()
+	if done {
 		return nil
 	}
 	if err := c.beatOnce(ctx); err != nil {
 		return fmt.Errorf("locking: process key: %w", err)
 	}
-	hb.started = true
-	hb.timer = time.AfterFunc(c.processTTL/3, c.beat)
-	hb.running.Store(true)
+	hb.mu.Lock()
+	closed := hb.closed
+	if !closed {
+		hb.started = true
+		hb.timer = time.AfterFunc(c.processTTL/3, c.beat)
+		hb.running.Store(true)
+	}
+	hb.mu.Unlock()
+	if closed { // Close ran during the round trip and saw no key to delete: it goes now
+		c.deleteProcessKey()
+	}
 	return nil
 }
 
@@ -112,6 +132,11 @@ func (c *Client) stopHeartbeat() {
 	t.Stop()
 	hb.beating.Lock() // a renewal in flight ends before the key is deleted
 	defer hb.beating.Unlock()
+	c.deleteProcessKey()
+}
+
+// deleteProcessKey deletes the process key (best effort, within one CallTimeout).
+func (c *Client) deleteProcessKey() {
 	ctx, cancel := context.WithTimeout(context.Background(), c.callTimeout)
 	defer cancel()
 	_ = c.rdb.Del(ctx, c.processKey(c.process)).Err()
