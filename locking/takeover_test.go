@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -324,4 +325,60 @@ func TestTakeoverCostsNoRoundTripUncontended(t *testing.T) {
 		assert.Equal(t, plain, taken, "%s: commands without and with WithTakeover", name)
 		assert.Positive(t, plain, name)
 	}
+}
+
+// stallSet is a go-redis hook that holds every SET of key until release is closed, as a
+// Redis that does not answer.
+type stallSet struct {
+	key     string
+	started chan struct{} // closed when the first such SET is held
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *stallSet) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *stallSet) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (s *stallSet) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), "set") && len(cmd.Args()) > 1 && cmd.Args()[1] == s.key {
+			s.once.Do(func() { close(s.started) })
+			<-s.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// An Obtain queued behind the first write of the process key waits only as long as its
+// context allows (the write is serialised on a channel, not a mutex held across the call).
+func TestProcessKeyWaitHonoursTheContext(t *testing.T) {
+	rdb := newRedis(t, nil)
+	c := New(rdb, takeoverOpts(time.Minute))
+	t.Cleanup(func() { _ = c.Close() })
+	stall := &stallSet{key: c.processKey(c.process), started: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(stall)
+	first := make(chan error, 1)
+	go func() { // owner: the test, which receives its result
+		l, err := c.Obtain(ctxT(t, 10*time.Second), uniqueKey(t), WithTakeover())
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		first <- err
+	}()
+	<-stall.started
+	// The stalled write ends after 2s whatever happens: a queued Obtain that waits for it
+	// (a mutex) fails the test instead of hanging it.
+	timer := time.AfterFunc(2*time.Second, func() { close(stall.release) })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Obtain(ctx, uniqueKey(t), WithTakeover())
+	waited := time.Since(start)
+	if timer.Stop() {
+		close(stall.release)
+	}
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, waited, time.Second, "the queued Obtain ended with its context, not with the first write")
+	require.NoError(t, <-first)
 }
