@@ -43,7 +43,7 @@ var (
 func runSeed(t *testing.T, seed uint64, mutate func(*inventory.Config)) Outcome {
 	t.Helper()
 	if *flagMut != "" {
-		return runPlan(t, mutationPlan(*flagMut, seed), mutate)
+		return runPlan(t, mutationPlan(*flagMut, seed), mutationConfig(*flagMut))
 	}
 	return runPlan(t, NewPlan(seed), mutate)
 }
