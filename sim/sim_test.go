@@ -36,6 +36,7 @@ var (
 	flagV      = flag.Bool("sim.v", false, "log the processes' warnings to stderr")
 	flagReplay = flag.Int("sim.replays", 1, "times each seed runs (replay reproducibility)")
 	flagMut    = flag.String("sim.mutation", "", "TestSim runs the mutation run's plans of this mutation (mutations.go; reuse-tried-token needs -tags simmutation)")
+	flagProcs  = flag.Int("sim.gomaxprocs", 0, "TestSim runs with this GOMAXPROCS (1: one thread runs Go code at a time; replays come back more often, not always: docs/simulation.md)")
 	flagStall  = flag.Duration("sim.stall", time.Minute, "wall time after which one schedule counts as stalled")
 )
 
@@ -217,6 +218,9 @@ func TestSim(t *testing.T) {
 			t.Skip("needs -tags simmutation")
 		}
 		defer setReuseTriedToken(false)
+	}
+	if *flagProcs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*flagProcs))
 	}
 	start := time.Now()
 	ta := runMany(t, seedsToRun(), nil, false)
