@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,6 +78,7 @@ func (w *world) startProcess(id, slot int) (*process, error) {
 		Logger:      w.log.With("proc", id),
 		StreamAlone: w.plan.StreamAlone,
 		HoldTTL:     time.Minute,
+		Observer:    twinCounter{&w.twins},
 	}
 	w.mutate(&cfg)
 	svc, err := inventory.NewService(cfg)
@@ -128,3 +130,15 @@ func (w *world) kill(p *process) {
 
 // discardLogger is the processes' logger unless -sim.v.
 var discardLogger = slog.New(slog.DiscardHandler)
+
+// twinCounter counts the purchase attempts the fence refused under the very token the
+// database had already seen (Event.Seen == Event.Token): a twin token after Redis lost its
+// counter, or a write again under a token whose transaction landed (the reuse-tried-token
+// mutation). It shows a mutation run reached that write; no check reads it.
+type twinCounter struct{ n *atomic.Int64 }
+
+func (c twinCounter) Observe(ev inventory.Event) {
+	if ev.Kind == inventory.EventFenceRefused && ev.Seen == ev.Token {
+		c.n.Add(1)
+	}
+}

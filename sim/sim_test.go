@@ -33,9 +33,11 @@ var (
 	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed's schedule (a failure prints its seed)")
 	flagSeeds  = flag.Int("sim.seeds", 12, "schedules TestSim runs, seeds sim.first, sim.first+1, ...")
 	flagFirst  = flag.Uint64("sim.first", 1, "the first seed TestSim runs")
+	flagStep   = flag.Uint64("sim.step", 1, "TestSim's seeds are sim.first, sim.first+step, ... (2 from an even seed: every plan has the hot item in carts)")
 	flagV      = flag.Bool("sim.v", false, "log the processes' warnings to stderr")
 	flagReplay = flag.Int("sim.replays", 1, "times each seed runs (replay reproducibility)")
 	flagMut    = flag.String("sim.mutation", "", "TestSim runs the mutation run's plans of this mutation (mutations.go; reuse-tried-token needs -tags simmutation)")
+	flagProcs  = flag.Int("sim.gomaxprocs", 0, "TestSim runs with this GOMAXPROCS (1: one thread runs Go code at a time; replays come back more often, not always: docs/simulation.md)")
 	flagStall  = flag.Duration("sim.stall", time.Minute, "wall time after which one schedule counts as stalled")
 )
 
@@ -43,7 +45,7 @@ var (
 func runSeed(t *testing.T, seed uint64, mutate func(*inventory.Config)) Outcome {
 	t.Helper()
 	if *flagMut != "" {
-		return runPlan(t, mutationPlan(*flagMut, seed), mutate)
+		return runPlan(t, mutationPlan(*flagMut, seed), mutationConfig(*flagMut))
 	}
 	return runPlan(t, NewPlan(seed), mutate)
 }
@@ -101,6 +103,7 @@ func report(out Outcome, vs []Violation) string {
 type tally struct {
 	mu        sync.Mutex
 	runs      int
+	hot       int            // runs whose plan put the hot item in most carts
 	failed    map[uint64]int // failures by seed
 	ops       int
 	simulated time.Duration
@@ -110,6 +113,9 @@ func (ta *tally) add(seed uint64, out Outcome, failed bool) int {
 	ta.mu.Lock()
 	defer ta.mu.Unlock()
 	ta.runs++
+	if out.Plan.HotInCarts {
+		ta.hot++
+	}
 	ta.ops += out.Ops
 	ta.simulated += out.Elapsed
 	if failed {
@@ -127,8 +133,8 @@ func (ta *tally) print(wall time.Duration) {
 	for _, n := range ta.failed {
 		nf += n
 	}
-	fmt.Printf("schedules: %d, failed %d, operations %d (%d a schedule), simulated %s in %s (%.0fx), %d at once\n",
-		ta.runs, nf, ta.ops, ta.ops/max(ta.runs, 1), ta.simulated.Round(time.Second), wall.Round(time.Millisecond),
+	fmt.Printf("schedules: %d (%d with the hot item in carts), failed %d, operations %d (%d a schedule), simulated %s in %s (%.0fx), %d at once\n",
+		ta.runs, ta.hot, nf, ta.ops, ta.ops/max(ta.runs, 1), ta.simulated.Round(time.Second), wall.Round(time.Millisecond),
 		float64(ta.simulated)/float64(wall), parallelism())
 	fmt.Printf("schedules/min: %.0f\n", float64(ta.runs)/wall.Minutes())
 }
@@ -143,14 +149,15 @@ func parallelism() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// seedsToRun are the seeds TestSim runs: -sim.seed alone, or -sim.seeds from -sim.first.
+// seedsToRun are the seeds TestSim runs: -sim.seed alone, or -sim.seeds from -sim.first,
+// -sim.step apart.
 func seedsToRun() []uint64 {
 	if *flagSeed != 0 {
 		return []uint64{*flagSeed}
 	}
 	seeds := make([]uint64, 0, *flagSeeds)
 	for i := range *flagSeeds {
-		seeds = append(seeds, *flagFirst+uint64(i))
+		seeds = append(seeds, *flagFirst+uint64(i)*max(*flagStep, 1))
 	}
 	return seeds
 }
@@ -217,6 +224,9 @@ func TestSim(t *testing.T) {
 			t.Skip("needs -tags simmutation")
 		}
 		defer setReuseTriedToken(false)
+	}
+	if *flagProcs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*flagProcs))
 	}
 	start := time.Now()
 	ta := runMany(t, seedsToRun(), nil, false)

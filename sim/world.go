@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/linearize"
@@ -39,6 +40,7 @@ type world struct {
 	ops       int
 	faultProc map[int]*dbProc // the database side of the process each fault began on (drive's)
 	stuck     []string        // liveness: the items with stock that the probes could not buy
+	twins     atomic.Int64    // purchase attempts refused by the fence under the very token it had seen
 }
 
 // Outcome is what one run recorded, for the checks after the bubble.
@@ -46,6 +48,7 @@ type Outcome struct {
 	Plan     Plan
 	Ops      int // operations sent (attempts, replays and probes included)
 	Commits  int64
+	Twins    int64 // purchase attempts the fence refused under the token it had already seen (twinCounter)
 	History  []linearize.Operation
 	Stock    map[int64]int // the initial stock of the items the history covers
 	Run      verdict.CartRun
@@ -97,6 +100,7 @@ func run(plan Plan, dir string, log *slog.Logger, mutate func(*inventory.Config)
 	out.Run = run
 	out.Ops = w.ops
 	out.Commits = w.db.commits.Load()
+	out.Twins = w.twins.Load()
 	out.History = w.rec.Operations()
 	out.Stock = map[int64]int{}
 	for i, it := range plan.Items[:len(plan.Items)-plan.HoldItems] {
