@@ -151,18 +151,23 @@ func TestLabInBrowserTimeline(t *testing.T) {
 
 	// del-release: the late holder's plain DEL deletes the next holder's key, and a third
 	// buyer holds the lock beside the second.
-	verdict, err = labForm(ctx, 4, "del-release", 6, 700, items[0], "") // 700 ms: A releases mid-way through B's lease
-	require.NoError(t, err)
-	assert.NotRegexp(t, `^SAFE`, verdict)
-	deleted := false
-	for _, sentence := range said(t, ctx, "overlap") {
-		deleted = deleted || regexp.MustCompile(`^i\d holding, i\d holding item \d+ too, for [\d.]+ s \(del-release lock: i\d's release of token \d+, past its lease, deleted token \d+'s key`).MatchString(sentence)
+	// The DEL is a race with the next holder's lease: on a loaded machine a run can show only
+	// the lease's overlap (a make test did), so the lesson runs again, up to three times in all,
+	// until its DEL shows; every run must oversell.
+	runs, deleted := 4, false
+	for ; !deleted && runs < 7; runs++ {
+		verdict, err = labForm(ctx, runs, "del-release", 6, 700, items[0], "") // 700 ms: A releases mid-way through B's lease
+		require.NoError(t, err)
+		assert.NotRegexp(t, `^SAFE`, verdict)
+		for _, sentence := range said(t, ctx, "overlap") {
+			deleted = deleted || regexp.MustCompile(`^i\d holding, i\d holding item \d+ too, for [\d.]+ s \(del-release lock: i\d's release of token \d+, past its lease, deleted token \d+'s key`).MatchString(sentence)
+		}
 	}
 	assert.True(t, deleted, "a DEL past the lease let a third holder in beside the second: %q", saidNow(t, ctx, "overlap"))
 
 	// SIGSTOP: the supervisor stops the holder's process; the timeline draws the span on its
 	// rows, from the instant the run's answer gives.
-	verdict, err = labForm(ctx, 5, "lock+guard", 6, 300, items[1], "pause")
+	verdict, err = labForm(ctx, runs, "lock+guard", 6, 300, items[1], "pause")
 	require.NoError(t, err)
 	assert.Regexp(t, `^SAFE`, verdict)
 	stopped, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#timeline-box text')].map((e) => e.textContent).filter((w) => w === 'SIGSTOP')`))
