@@ -13,8 +13,6 @@ TESTTIME     = $(TESTBIN)/testtime
 # The storefront binaries the tests start as processes, built once per run (internal/storefrontbin).
 STOREFRONT_ENV = STOCKGUARD_BIN=$(TESTBIN)/stockguard STOCKGUARD_BIN_LEAKTEST=$(TESTBIN)/stockguard-leaktest \
 	STOCKGUARD_BIN_NODEMO=$(TESTBIN)/stockguard-nodemo
-# gotest NAME,ARGS: one pass of go test (ARGS after -json -count=1), its usual text on stdout, its
-# events in $(TESTBIN)/NAME.json for the slowest-tests summary; the pass fails as go test does.
 # The race pass runs TEST_P test binaries at once, the slowest packages started first (go test
 # starts them in the order given; ./... after them adds the rest once): most tests wait on
 # servers, leases and fault windows, so two binaries leave a core idle a third of the time
@@ -22,6 +20,8 @@ STOREFRONT_ENV = STOCKGUARD_BIN=$(TESTBIN)/stockguard STOCKGUARD_BIN_LEAKTEST=$(
 TEST_P     ?= 4
 SLOW_FIRST ?= ./inventory ./loadtest/scenario . ./locking ./lab ./pitfalls ./models
 RACE_PKGS   = $(if $(filter ./...,$(PKGS)),$(SLOW_FIRST) $(PKGS),$(PKGS))
+# gotest NAME,ARGS: one pass of go test (ARGS after -json -count=1), its usual text on stdout, its
+# events in $(TESTBIN)/NAME.json for the slowest-tests summary; the pass fails as go test does.
 gotest = $(STOREFRONT_ENV) $(TESTTIME) run -json $(TESTBIN)/$(1).json -- $(GO) test -json -count=1 $(2)
 
 ## test: install what the tests need, vet, build the storefront once, run every test under the
@@ -65,8 +65,8 @@ testbin:
 	  s=0; for p in $$a $$b $$c; do wait $$p || s=1; done; exit $$s
 
 ## test-short: the inner loop (aim: 90 s): unit tests and the real-server tests, under the race
-## detector; the multi-process, fault, browser and PostgreSQL-row tests skip, naming their group
-## (internal/testutil).
+## detector, four binaries at once; the multi-process, fault, browser, build and PostgreSQL tests
+## skip, naming their group (internal/testutil).
 test-short:
 	$(GO) test -race -short -count=1 -p $(TEST_P) $(TESTARGS) $(RACE_PKGS)
 
