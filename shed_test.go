@@ -122,6 +122,7 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 		code    string
 		retry   string
 		latency time.Duration
+		err     error // the client's: no answer came
 	}
 	answers := make(chan answer, buyers)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -139,6 +140,9 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 			start := time.Now()
 			res, err := client.Do(req)
 			if err != nil {
+				if ctx.Err() == nil { // not the end of the test: the connection failed
+					answers <- answer{err: err, latency: time.Since(start)}
+				}
 				return // cancelled at the end of the test: still waiting on the hung database
 			}
 			b, _ := io.ReadAll(res.Body)
@@ -147,7 +151,7 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 				Error struct{ Code string } `json:"error"`
 			}
 			_ = json.Unmarshal(b, &e)
-			answers <- answer{res.StatusCode, e.Error.Code, res.Header.Get("Retry-After"), time.Since(start)}
+			answers <- answer{status: res.StatusCode, code: e.Error.Code, retry: res.Header.Get("Retry-After"), latency: time.Since(start)}
 		}()
 	}
 
@@ -163,6 +167,7 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 	for shed+gaveUp+running < buyers {
 		select {
 		case a := <-answers:
+			require.NoError(t, a.err, "a buyer got no answer, after %s", a.latency)
 			require.Equal(t, http.StatusServiceUnavailable, a.status, "an answer while the database hangs: %+v", a)
 			assert.Equal(t, "1", a.retry)
 			if a.code == "at_capacity" {
@@ -217,6 +222,29 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 	// under the deadline: that tells "answered without the database" from "waited for it"
 	// without timing the machine's load (a p99 under 5s, then a maximum under 10s, failed there).
 	assert.Less(t, served[len(served)/2], 10*time.Second, "at_capacity answers wait for nothing (the write deadline is 10s): the median")
+
+	// The admitted ones do not wait out the hang: their item's read (or write) has a deadline
+	// (the write's, 10s here), past which they are answered 503 unavailable, and their places
+	// are free again. Before the fix the read had none, and they waited as long as the hang.
+	hangDeadline := time.After(60 * time.Second)
+	for shed+gaveUp < buyers {
+		select {
+		case a := <-answers:
+			require.NoError(t, a.err, "a buyer got no answer, after %s", a.latency)
+			require.Equal(t, http.StatusServiceUnavailable, a.status, "an answer while the database hangs: %+v", a)
+			if a.code == "at_capacity" {
+				shed++
+				continue
+			}
+			assert.Equal(t, "unavailable", a.code)
+			gaveUp++
+		case <-hangDeadline:
+			t.Fatalf("a minute into the hang, %d of the %d purchases admitted are still waiting for the database",
+				buyers-shed-gaveUp, buyers-shed)
+		}
+	}
+	assert.Zero(t, purchasesRunning(t), "purchases in flight once every buyer was answered")
+	t.Logf("database still hung: every admitted purchase answered 503 unavailable (%d), none in flight", gaveUp)
 
 	signalPostgres(t, pg.PID(), syscall.SIGCONT)
 	resumed = true

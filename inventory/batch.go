@@ -170,11 +170,22 @@ func (q *statements) close() {
 
 // readFast is read without GORM: the item's available stock (its stock plus the units of
 // expired holds not given back yet: sqlReadAvail) and fence token, or ErrNotFound.
+//
+// The read has the write's deadline (writeTimeout): an item's worker reads under its own
+// context, which never ends, and a database that hangs (sockets open, no answer) would
+// otherwise keep the read, the hold and every buyer queued behind it waiting for as long as
+// the hang lasts. Past it, ErrUnavailable.
 func (st store) readFast(ctx context.Context, itemID int64) (row, error) {
+	rctx, cancel := context.WithTimeout(ctx, st.writeTimeout)
+	defer cancel()
 	var r row
-	err := st.cq.readAvail.QueryRowContext(ctx, itemID).Scan(&r.Stock, &r.FenceToken)
-	if errors.Is(err, sql.ErrNoRows) {
+	err := st.cq.readAvail.QueryRowContext(rctx, itemID).Scan(&r.Stock, &r.FenceToken)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
 		return row{}, fmt.Errorf("%w: item %d", ErrNotFound, itemID)
+	case err != nil && rctx.Err() != nil && ctx.Err() == nil:
+		return row{}, fmt.Errorf("%w: database: a read of item %d exceeded its %s deadline: %v",
+			ErrUnavailable, itemID, st.writeTimeout, err)
 	}
 	return r, err
 }

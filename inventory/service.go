@@ -61,7 +61,8 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// WriteTimeout is the deadline of every write transaction, from BEGIN to COMMIT, whatever
 	// the caller's context: past it the transaction is rolled back and the purchase answers
-	// ErrUnavailable. Default (and for d <= 0): DefaultWriteTimeout.
+	// ErrUnavailable. It bounds the read of an item's stock that begins a hold too (an item's
+	// worker reads under a context that never ends). Default (and for d <= 0): DefaultWriteTimeout.
 	WriteTimeout time.Duration
 
 	// Observer, if set, is told of every purchase attempt's outcome and of lock waits
