@@ -15,18 +15,25 @@ STOREFRONT_ENV = STOCKGUARD_BIN=$(TESTBIN)/stockguard STOCKGUARD_BIN_LEAKTEST=$(
 	STOCKGUARD_BIN_NODEMO=$(TESTBIN)/stockguard-nodemo
 # The race pass runs TEST_P test binaries at once, the slowest packages started first (go test
 # starts them in the order given; ./... after them adds the rest once): most tests wait on
-# servers, leases and fault windows, so two binaries leave a core idle a third of the time
-# (docs/architecture.md#tests).
+# servers, leases and fault windows, so two binaries leave a core idle a third of the time.
+# Longest first, down to the 10-second packages: the run then ends on packages of a second or
+# two, not on one of 15 s started last (docs/architecture.md#tests).
 TEST_P     ?= 4
-SLOW_FIRST ?= ./inventory ./loadtest/scenario . ./locking ./lab ./pitfalls ./models
+SLOW_FIRST ?= ./loadtest/scenario ./inventory . ./locking ./lab ./pitfalls ./models ./deploy ./handlers \
+	./internal/redisproc ./internal/pgproc ./loadtest/soak ./internal/linearize ./loadtest
 RACE_PKGS   = $(if $(filter ./...,$(PKGS)),$(SLOW_FIRST) $(PKGS),$(PKGS))
+# The run's binaries (test binaries and the storefront builds) are linked without DWARF (-w):
+# nothing in a run reads it (stack traces and race reports use the symbol table, which stays),
+# and it is about 40% of the linker's work: about 35 s of CPU over the run's 50 race-built
+# binaries (docs/architecture.md#tests). A binary to debug with Delve: go test -c, without it.
+TEST_LDFLAGS ?= -w
 # gotest NAME,ARGS: one pass of go test (ARGS after -json -count=1), its usual text on stdout, its
 # events in $(TESTBIN)/NAME.json for the slowest-tests summary; the pass fails as go test does.
-gotest = $(STOREFRONT_ENV) $(TESTTIME) run -json $(TESTBIN)/$(1).json -- $(GO) test -json -count=1 $(2)
+gotest = $(STOREFRONT_ENV) $(TESTTIME) run -json $(TESTBIN)/$(1).json -- $(GO) test -json -count=1 -ldflags='$(TEST_LDFLAGS)' $(2)
 
-## test: install what the tests need, vet, build the storefront once, run every test under the
-## race detector, then what the nodemo tag changes (its vet, and the tests written for it); ends
-## with the 15 slowest tests and fails past TEST_BUDGET.
+## test: install what the tests need, build the storefront once, vet and run every test under
+## the race detector, then what the nodemo tag changes (its vet, and the tests written for it);
+## ends with the 15 slowest tests and fails past TEST_BUDGET.
 test:
 	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN) && date +%s > $(TESTBIN)/start
 	@$(MAKE) --no-print-directory test-passes; status=$$?; \
@@ -39,11 +46,13 @@ test:
 # demo, and the tests written for that build: the root's TestNodemoBuild, and handlers, whose
 # test setup the tag changes; locking, models and inventory's tests are the same code in both
 # builds, run once) and the simulator's short run. Their output follows the race pass's.
-# -vet=off where a full go vet of the same build ran before (go test's own vet is a subset of it).
-test-passes: deps vet testbin
+# The race pass vets with every analyzer (-vet=all: what `go vet` runs), on the race build it
+# compiles anyway: a go vet before it compiled every package once more, without -race (about
+# 30 s of CPU). The passes beside it run -vet=off where a full vet of their build ran first.
+test-passes: deps testbin
 	@nice -n 5 $(MAKE) -k --no-print-directory test-beside > $(TESTBIN)/beside.log 2>&1 & beside=$$!; \
-	  echo "go test -race ./... (the nodemo and simulator passes run beside it: their output follows)"; \
-	  $(call gotest,race,-vet=off -race -p $(TEST_P) -timeout 15m $(TESTARGS) $(RACE_PKGS)); race=$$?; \
+	  echo "go test -race -vet=all ./... (the nodemo and simulator passes run beside it: their output follows)"; \
+	  $(call gotest,race,-vet=all -race -p $(TEST_P) -timeout 15m $(TESTARGS) $(RACE_PKGS)); race=$$?; \
 	  wait $$beside; beside=$$?; cat $(TESTBIN)/beside.log; \
 	  [ $$race = 0 ] && [ $$beside = 0 ]
 
@@ -58,17 +67,17 @@ test-beside:
 testbin:
 	@mkdir -p $(TESTBIN)
 	$(GO) build -o $(TESTBIN)/testtime ./internal/testtime
-	@# the three differ in two packages (after vet the rest is in the build cache): built at once
-	$(GO) build -o $(TESTBIN)/stockguard . & a=$$!; \
-	  $(GO) build -tags leaktest -o $(TESTBIN)/stockguard-leaktest . & b=$$!; \
-	  $(GO) build -tags nodemo -o $(TESTBIN)/stockguard-nodemo . & c=$$!; \
+	@# the three differ in two packages: built at once
+	$(GO) build -ldflags='$(TEST_LDFLAGS)' -o $(TESTBIN)/stockguard . & a=$$!; \
+	  $(GO) build -ldflags='$(TEST_LDFLAGS)' -tags leaktest -o $(TESTBIN)/stockguard-leaktest . & b=$$!; \
+	  $(GO) build -ldflags='$(TEST_LDFLAGS)' -tags nodemo -o $(TESTBIN)/stockguard-nodemo . & c=$$!; \
 	  s=0; for p in $$a $$b $$c; do wait $$p || s=1; done; exit $$s
 
 ## test-short: the inner loop (aim: 90 s): unit tests and the real-server tests, under the race
 ## detector, four binaries at once; the multi-process, fault, browser, build and PostgreSQL tests
 ## skip, naming their group (internal/testutil).
 test-short:
-	$(GO) test -race -short -count=1 -p $(TEST_P) $(TESTARGS) $(RACE_PKGS)
+	$(GO) test -race -short -count=1 -p $(TEST_P) -ldflags='$(TEST_LDFLAGS)' $(TESTARGS) $(RACE_PKGS)
 
 ## jaeger: build Jaeger v1.76.0 from its Go sources (tools/jaeger) once into the user's cache, so that
 ## TestTracesInJaeger runs (it skips while no build is cached: a cold build takes 10 min or more).
