@@ -180,14 +180,19 @@ func (st store) readFast(ctx context.Context, itemID int64) (row, error) {
 	defer cancel()
 	var r row
 	err := st.cq.readAvail.QueryRowContext(rctx, itemID).Scan(&r.Stock, &r.FenceToken)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	if errors.Is(err, sql.ErrNoRows) {
 		return row{}, fmt.Errorf("%w: item %d", ErrNotFound, itemID)
-	case err != nil && rctx.Err() != nil && ctx.Err() == nil:
-		return row{}, fmt.Errorf("%w: database: a read of item %d exceeded its %s deadline: %v",
-			ErrUnavailable, itemID, st.writeTimeout, err)
 	}
-	return r, err
+	return r, st.readErr(ctx, rctx, err, fmt.Sprintf("a read of item %d", itemID))
+}
+
+// readErr is the error of a read bounded by writeTimeout (rctx, derived from ctx): past that
+// deadline, with ctx still live, ErrUnavailable naming what was read; otherwise err.
+func (st store) readErr(ctx, rctx context.Context, err error, what string) error {
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("%w: database: %s exceeded its %s deadline: %v", ErrUnavailable, what, st.writeTimeout, err)
+	}
+	return err
 }
 
 // sqlTx is tx over database/sql, for the hand-written statements of the guarded write: the same

@@ -270,16 +270,19 @@ var errOutcomeUnknown = fmt.Errorf("%w: database: the commit's answer was lost, 
 
 // orderByKey returns the order stored under an idempotency key, if any (the fields a receipt
 // and the fingerprint check need), with a prepared statement: it runs for every purchase that
-// has a key, and GORM's Find showed in the profile.
+// has a key, and GORM's Find showed in the profile. It has the write's deadline (writeTimeout)
+// as readFast has: a buyer's request does not wait out a database that hangs.
 func (st store) orderByKey(ctx context.Context, key string) (models.Order, bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, st.writeTimeout)
+	defer cancel()
 	var o models.Order
-	err := st.q.orderByKey.QueryRowContext(ctx, key).Scan(&o.ID, &o.ItemID, &o.Quantity, &o.Strategy,
+	err := st.q.orderByKey.QueryRowContext(rctx, key).Scan(&o.ID, &o.ItemID, &o.Quantity, &o.Strategy,
 		&o.FenceToken, &o.Fingerprint, &o.Remaining, &o.Degraded)
 	if errors.Is(err, sql.ErrNoRows) {
 		return models.Order{}, false, nil
 	}
 	if err != nil {
-		return models.Order{}, false, err
+		return models.Order{}, false, st.readErr(ctx, rctx, err, "the lookup of an idempotency key")
 	}
 	k := key
 	o.IdempotencyKey = &k

@@ -7,6 +7,7 @@
 package redistest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +23,18 @@ import (
 	"github.com/stockguard/stockguard/internal/redisproc"
 	"github.com/stockguard/stockguard/internal/testutil"
 )
+
+// go-redis logs each failed dial of its pools through a package-level logger (log.Printf to
+// stderr). The tests stop, kill and pause their servers on purpose, so that went to thousands of
+// "connection refused" lines a run, from goroutines of go-redis's pool that outlived their test
+// while their write to a full stderr pipe waited (goleak named one in a loaded make test). The
+// clients' errors reach the code under test as errors; the log adds nothing: it is dropped in
+// every test binary that starts a redis-server through this package.
+func init() { redis.SetLogger(quiet{}) }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // ErrNoRedisServer is returned when redis-server is not on PATH.
 var ErrNoRedisServer = errors.New("redistest: redis-server not found on PATH; install it with `apt-get install -y redis-server` (Debian package redis-server) or run `make test`, which does")
