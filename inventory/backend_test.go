@@ -51,6 +51,34 @@ func TestPostgresWriteTransactionDeadline(t *testing.T) {
 	require.NoError(t, err, "the service recovers once the lock is free")
 }
 
+// A read of the stock that the database does not answer (here: another transaction holds the
+// items table in ACCESS EXCLUSIVE mode, so every SELECT of it waits) ends at the write's
+// deadline with 503 unavailable, not at the 5s statement timeout: the read that begins a
+// coalesced hold runs under its worker's context, which never ends, and without a deadline of
+// its own it kept every buyer of the item waiting as long as the database hung.
+func TestPostgresReadDeadline(t *testing.T) {
+	testutil.SkipShort(t, testutil.Postgres)
+	srv := redistest.Start(t)
+	db, dsn := openDB(t, postgresBackend)
+	lc := locking.New(warmClient(t, srv), &locking.Options{KeyPrefix: lockPrefix})
+	t.Cleanup(func() { _ = lc.Close() })
+	s := newService(t, inventory.Config{DB: db, Locker: inventory.NewLocker(lc), WriteTimeout: 300 * time.Millisecond})
+	id := resetItems(t, s, 10)[0]
+	other := openPath(t, dsn)
+	holder := other.Begin()
+	require.NoError(t, holder.Error)
+	require.NoError(t, holder.Exec("LOCK TABLE items IN ACCESS EXCLUSIVE MODE").Error)
+	start := time.Now()
+	_, err := s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1})
+	took := time.Since(start)
+	require.NoError(t, holder.Rollback().Error)
+	assert.ErrorIs(t, err, inventory.ErrUnavailable)
+	assert.ErrorContains(t, err, "a read of item")
+	assert.Less(t, took, 4*time.Second, "the deadline, not the 5s statement timeout, ended it")
+	_, err = s.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: id, Quantity: 1})
+	require.NoError(t, err, "the service recovers once the table is free")
+}
+
 // waitingBackend returns the process id of the PostgreSQL backend that waits for a lock while
 // running a statement that starts with prefix.
 func waitingBackend(t *testing.T, db *gorm.DB, prefix string) int {
