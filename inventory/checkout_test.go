@@ -368,7 +368,11 @@ func testCheckoutPausedHolderWritesNothing(t *testing.T, be backend) {
 	}()
 	var tokens []int64
 	for range 2 { // the attempt and its retry
-		<-paused
+		select {
+		case <-paused:
+		case err := <-done: // a cart that ends before its work must not leave the test waiting
+			t.Fatalf("the cart ended before its work: %v", err)
+		}
 		// The cart's locks expire while it sleeps; the other process takes item b's lock.
 		rec, err := other.Purchase(t.Context(), inventory.PurchaseRequest{ItemID: b, Quantity: 1, Strategy: inventory.StrategyLockGuard})
 		require.NoError(t, err)
