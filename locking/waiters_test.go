@@ -126,7 +126,9 @@ func TestWaitersWaiterThatDiedLapses(t *testing.T) {
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
 	ctx := ctxT(t, 30*time.Second)
-	lease := 400 * time.Millisecond
+	// 1s: a 400ms lease bounded each Redis call at 50ms, and a loaded make test saw the first
+	// Obtain time out (i/o timeout).
+	lease := time.Second
 	c := newClient(t, srv, &Options{Lease: lease})
 	rdb := newRedis(t, srv)
 	key := uniqueKey(t)

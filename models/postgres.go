@@ -95,8 +95,14 @@ func serialize(tx *gorm.DB) error {
 	if BackendOfDB(tx) != Postgres {
 		return nil
 	}
-	if err := tx.Exec(fmt.Sprintf("SET LOCAL statement_timeout = %d", SerializeTimeout.Milliseconds())).Error; err != nil {
-		return err
+	// The session's idle-in-transaction timeout (twice the statement timeout) is for a request
+	// that left its transaction open; a migration's own pauses between statements (GORM reads
+	// the catalogue, a loaded machine) are not that: under make test's load a 400 ms one ended
+	// a migration half-way (models' TestPostgresErrorClassification). Both bounds are this one.
+	for _, setting := range []string{"statement_timeout", "idle_in_transaction_session_timeout"} {
+		if err := tx.Exec(fmt.Sprintf("SET LOCAL %s = %d", setting, SerializeTimeout.Milliseconds())).Error; err != nil {
+			return err
+		}
 	}
 	return tx.Exec("SELECT pg_advisory_xact_lock(?)", advisoryLockKey).Error
 }
