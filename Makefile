@@ -19,8 +19,8 @@ STOREFRONT_ENV = STOCKGUARD_BIN=$(TESTBIN)/stockguard STOCKGUARD_BIN_LEAKTEST=$(
 # Longest first, down to the 10-second packages: the run then ends on packages of a second or
 # two, not on one of 15 s started last (docs/architecture.md#tests).
 TEST_P     ?= 4
-SLOW_FIRST ?= ./loadtest/scenario ./inventory . ./locking ./lab ./loadtest/soak ./pitfalls ./models ./deploy \
-	./handlers ./internal/redisproc ./internal/pgproc ./internal/linearize ./loadtest
+SLOW_FIRST ?= ./loadtest/scenario ./inventory . ./locking ./lab ./pitfalls ./models ./deploy ./handlers \
+	./internal/redisproc ./internal/pgproc ./loadtest/soak ./internal/linearize ./loadtest
 RACE_PKGS   = $(if $(filter ./...,$(PKGS)),$(SLOW_FIRST) $(PKGS),$(PKGS))
 # The run's binaries (test binaries and the storefront builds) are linked without DWARF (-w):
 # nothing in a run reads it (stack traces and race reports use the symbol table, which stays),
