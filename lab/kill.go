@@ -27,11 +27,16 @@ type Killed struct {
 	Item     int64   `json:"item"`
 	Token    int64   `json:"token"`
 	AtMS     float64 `json:"at_ms"` // when SIGKILL was sent, Unix ms
+	// LeaseEndMS is when its lock's lease ends (Unix ms), as Redis told it with the holder
+	// stopped: the timeline's word for it, since the holder's own events of its acquisition
+	// or last renewal may have died with it, unsent.
+	LeaseEndMS float64 `json:"lease_end_ms,omitempty"`
 }
 
 // Kill finds the children holding the locks of items (asking each running child's
 // /api/debug/locks), stops them with SIGSTOP, confirms in Redis that each lock is still
-// theirs (else continues them and looks again), and kills them with SIGKILL, at once: one
+// theirs and reads its lease (else continues them and looks again), and kills them with
+// SIGKILL, at once: one
 // process holding two of the items dies once. Each killed instance is started again
 // (exited). It answers ErrNotHeld when an item's lock has no holder.
 func (s *Supervisor) Kill(ctx context.Context, items []int64) ([]Killed, error) {
@@ -81,8 +86,14 @@ func (s *Supervisor) Kill(ctx context.Context, items []int64) ([]Killed, error) 
 				return nil, fmt.Errorf("%w: SIGSTOP instance %d: %w", inventory.ErrUnavailable, c.index, err)
 			}
 		}
-		for _, h := range hs {
-			again = again || !s.stillHeld(ctx, h.held)
+		leaseEnds := make([]time.Time, len(hs))
+		for i, h := range hs {
+			read := time.Now()
+			left, ok := s.leaseLeft(ctx, h.held)
+			again = again || !ok
+			if left > 0 {
+				leaseEnds[i] = read.Add(left)
+			}
 		}
 		if again { // one released between the look-up and the stop
 			for _, c := range procs {
@@ -99,6 +110,9 @@ func (s *Supervisor) Kill(ctx context.Context, items []int64) ([]Killed, error) 
 		out := make([]Killed, len(hs))
 		for i, h := range hs {
 			out[i] = Killed{Instance: h.c.index, PID: h.c.cmd.Process.Pid, Item: h.item, Token: h.held.Token, AtMS: unixMS(at)}
+			if !leaseEnds[i].IsZero() {
+				out[i].LeaseEndMS = unixMS(leaseEnds[i])
+			}
 			s.log.Info("lab: killed a lock holder (SIGKILL)", "instance", h.c.index, "pid", out[i].PID, "item", h.item, "token", h.held.Token)
 		}
 		unlock()

@@ -46,10 +46,12 @@ func TestLabKillRestarts(t *testing.T) {
 	var r struct {
 		labResult
 		Killed []struct {
-			Instance int   `json:"instance"`
-			PID      int   `json:"pid"`
-			Item     int64 `json:"item"`
-			Token    int64 `json:"token"`
+			Instance int     `json:"instance"`
+			PID      int     `json:"pid"`
+			Item     int64   `json:"item"`
+			Token    int64   `json:"token"`
+			AtMS     float64 `json:"at_ms"`
+			LeaseEnd float64 `json:"lease_end_ms"`
 		} `json:"killed"`
 		GapMS *float64 `json:"gap_ms"`
 	}
@@ -58,6 +60,8 @@ func TestLabKillRestarts(t *testing.T) {
 	k := r.Killed[0]
 	assert.Equal(t, before[k.Instance], k.PID, "the holder killed is one of the instances")
 	assert.Equal(t, items[0], k.Item)
+	assert.Greater(t, k.LeaseEnd, k.AtMS, "the lease Redis showed, still running at the kill")
+	assert.LessOrEqual(t, k.LeaseEnd, k.AtMS+lease, "at most a lease from the kill")
 	assert.Equal(t, "SAFE", r.Verdict, "%+v", r)
 	assert.Zero(t, r.Oversold)
 	require.NotNil(t, r.GapMS, "a survivor sold after the kill: %+v", r.Answers)

@@ -275,7 +275,7 @@ func (s *Supervisor) Pause(ctx context.Context, itemID int64) (Paused, error) {
 			c.mu.Unlock()
 			return Paused{}, fmt.Errorf("%w: SIGSTOP instance %d: %w", inventory.ErrUnavailable, c.index, err)
 		}
-		if !s.stillHeld(ctx, held) {
+		if _, ok := s.leaseLeft(ctx, held); !ok {
 			_ = proc.Signal(syscall.SIGCONT) // it released between the look-up and the stop
 			c.mu.Unlock()
 			continue
@@ -311,12 +311,12 @@ func (s *Supervisor) holder(ctx context.Context, itemID int64) (*child, storeapi
 	return running[h.Index], h.Lock, true
 }
 
-// stillHeld tells whether Redis still shows the lock held as held (its key exists and its
-// token is the last fencing token issued).
-func (s *Supervisor) stillHeld(ctx context.Context, held storeapi.HeldLock) bool {
+// leaseLeft tells whether Redis still shows the lock held as held (its key exists and its
+// token is the last fencing token issued), and how long its lease has left.
+func (s *Supervisor) leaseLeft(ctx context.Context, held storeapi.HeldLock) (time.Duration, bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	return storeapi.StillHeld(ctx, s.rdb, held)
+	return storeapi.LeaseLeft(ctx, s.rdb, held)
 }
 
 // resume sends SIGCONT to a paused child.

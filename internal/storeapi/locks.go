@@ -129,3 +129,30 @@ func StillHeld(ctx context.Context, rdb redis.Cmdable, l HeldLock) bool {
 	n, err := rdb.Exists(ctx, l.RedisKey).Result()
 	return err == nil && n == 1
 }
+
+// LeaseLeft reports how long the lock held as l has left in Redis (its key's PTTL), read in
+// one MULTI with its fencing counter: false when it is no longer held as l (see StillHeld),
+// or Redis could not be read. A key without a TTL has 0 left and true.
+func LeaseLeft(ctx context.Context, rdb redis.Cmdable, l HeldLock) (time.Duration, bool) {
+	var fence *redis.StringCmd
+	var ttl *redis.DurationCmd
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		fence = p.Get(ctx, l.FenceKey)
+		ttl = p.PTTL(ctx, l.RedisKey)
+		return nil
+	}); err != nil {
+		return 0, false
+	}
+	got, err := fence.Int64()
+	if err != nil || got != l.Token {
+		return 0, false
+	}
+	switch d := ttl.Val(); {
+	case d == -2: // no key (go-redis leaves PTTL's -2 and -1 as they are)
+		return 0, false
+	case d < 0: // no TTL
+		return 0, true
+	default:
+		return d, true
+	}
+}

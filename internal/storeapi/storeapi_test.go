@@ -184,8 +184,9 @@ func TestStrategies(t *testing.T) {
 	require.True(t, errors.As(err, &ae))
 }
 
-// TestStillHeld takes a real lock on a real redis-server: held while its holder has it, not
-// once released, and not for the old holder once another took it (a newer token).
+// TestStillHeld takes a real lock on a real redis-server: held (with its lease left) while its
+// holder has it, not once released, and not for the old holder once another took it (a newer
+// token).
 func TestStillHeld(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -201,13 +202,20 @@ func TestStillHeld(t *testing.T) {
 	require.NoError(t, err)
 	h1 := held(first)
 	assert.True(t, StillHeld(ctx, rdb, h1))
+	left, ok := LeaseLeft(ctx, rdb, h1)
+	assert.True(t, ok)
+	assert.True(t, left > 0 && left <= time.Second, "the lease left: %s", left)
 	require.NoError(t, first.Release(ctx))
 	assert.False(t, StillHeld(ctx, rdb, h1), "released")
+	_, ok = LeaseLeft(ctx, rdb, h1)
+	assert.False(t, ok, "released")
 
 	second, err := lc.Obtain(ctx, "item:1")
 	require.NoError(t, err)
 	defer second.Release(ctx)
 	assert.True(t, StillHeld(ctx, rdb, held(second)))
 	assert.False(t, StillHeld(ctx, rdb, h1), "another holder took the lock since")
+	_, ok = LeaseLeft(ctx, rdb, h1)
+	assert.False(t, ok, "another holder took the lock since")
 	assert.False(t, StillHeld(ctx, rdb, HeldLock{RedisKey: "nope", FenceKey: "nope:fence", Token: 1}))
 }

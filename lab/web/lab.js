@@ -301,7 +301,7 @@ function showVerdict(r) {
 // instances are started again, reads their new processes.
 function addKills(list) {
   if (!list || !list.length) return;
-  for (const k of list) kills.push({ inst: k.instance, item: k.item, token: k.token, at: k.at_ms });
+  for (const k of list) kills.push({ inst: k.instance, item: k.item, token: k.token, at: k.at_ms, leaseEnd: k.lease_end_ms });
   setTimeout(() => refreshInstances().catch(() => {}), 3000);
 }
 

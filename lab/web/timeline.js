@@ -21,8 +21,9 @@ const lockWords = (lock) => (lock ? `${lock} lock` : 'lock');
 
 // model folds the events of [from, T] (each {t, inst, kind, item, token, ...}, in time order)
 // into holds, rows, stalls, waits and the overlaps. leaseMS is the real lock's lease; pauses
-// are the SIGSTOPs {inst, from, to}; kills the SIGKILLs {inst, item, token, at}: a killed
-// process tells nothing more, so its holds and waits open at the kill end there.
+// are the SIGSTOPs {inst, from, to}; kills the SIGKILLs {inst, item, token, at, leaseEnd}: a
+// killed process tells nothing more, so its holds and waits open at the kill end there, and
+// its lease is the one Redis showed at the kill (leaseEnd).
 export function model(events, from, T, leaseMS, pauses = [], kills = []) {
   const holds = []; const open = new Map(); const stalls = []; const waits = []; const writes = [];
   const keyOf = (ev, lock) => `${ev.inst}|${ev.item}|${lock}`;
@@ -102,7 +103,19 @@ export function model(events, from, T, leaseMS, pauses = [], kills = []) {
     if (k) { h.end = k.at; h.killedAt = k.at; }
     h.stop = h.end ?? T; // an open hold is drawn up to the cursor
     h.leaseEnd = h.lastRenew + h.lease;
+    // Redis's word for a killed hold's lease: a renewal the holder made just before the kill
+    // may have died with it, untold.
+    if (k && k.item === h.item && !h.lock && k.token === h.token && k.leaseEnd) h.leaseEnd = k.leaseEnd;
     for (const s of stalls) if (s.inst === h.inst && s.item === h.item && s.from >= h.start && s.from <= h.stop) s.hold = h;
+  }
+  // A holder killed before it told its acquisition (the event was still in its process, unsent)
+  // holds, for the timeline, from the kill on: what Redis showed the supervisor.
+  for (const k of dead) {
+    if (holds.some((h) => h.killedAt === k.at && h.inst === k.inst && h.item === k.item && !h.lock)) continue;
+    const leaseEnd = k.leaseEnd || k.at + leaseMS;
+    holds.push({ inst: k.inst, item: k.item, lock: '', token: k.token, start: k.at, lease: leaseEnd - k.at, lastRenew: k.at,
+      renewals: [], writes: [], end: k.at, stop: k.at, killedAt: k.at, leaseEnd, lostAt: null, untold: true,
+      note: 'its acquisition died with it, untold' });
   }
   for (const s of stalls) s.to = Math.min(s.to, T);
   // A hold whose loss its holder learned is never told released (the release finds it lost):
@@ -333,7 +346,7 @@ export function draw(m, to, { box, labels, summary }) {
       continue;
     }
     g.append(titled(el('rect', { x: x0, y: by, width: Math.max(2, solidTo - x0), height: barH, class: 'tl-bar' }),
-      `i${h.inst} holds item ${h.item}'s ${lockWords(h.lock)}, token ${h.token}`));
+      `i${h.inst} holds item ${h.item}'s ${lockWords(h.lock)}, token ${h.token}${h.untold ? ' (killed before it told its acquisition: from Redis)' : ''}`));
     if (h.stop > h.leaseEnd) {
       g.append(titled(el('rect', { x: solidTo, y: by, width: Math.max(1, x1 - solidTo), height: barH, fill: `url(#hatch${c})`, class: 'tl-past' }),
         'still working, lock gone'));
