@@ -120,7 +120,7 @@ func (c *Client) obtainFair(ctx context.Context, key string, wait bool, opts []O
 			// without expiry, -1, set by hand, not at once).
 			wait := timeout / 3
 			if res[1] >= 0 {
-				wait = min(time.Duration(res[1])*time.Millisecond, wait)
+				wait = min(time.Duration(max(res[1], 1))*time.Millisecond, wait) // 0 would be "no hint"
 			}
 			return nil, tk.failed(wait), nil
 		}

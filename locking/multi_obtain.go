@@ -213,8 +213,11 @@ func (c *Client) obtainKey(ctx context.Context, k keys, owner string, floor int6
 		}
 		return t > 0, hint, err
 	}
+	var hint time.Duration // the first attempt's (spinWait's first sleep is bounded by it)
 	if limit == 0 || !c.notify.queued(k.channel) {
-		ok, _, err := try(ctx)
+		var ok bool
+		var err error
+		ok, hint, err = try(ctx)
 		switch {
 		case err != nil:
 			return 0, sent, err
@@ -224,7 +227,7 @@ func (c *Client) obtainKey(ctx context.Context, k keys, owner string, floor int6
 			return 0, sent, short.result(ErrNotObtained)
 		}
 	}
-	if err := c.waitLoop(ctx, k.channel, limit, try); err != nil {
+	if err := c.waitLoop(ctx, k.channel, limit, hint, try); err != nil {
 		return 0, sent, short.result(err)
 	}
 	return token, sent, nil

@@ -111,8 +111,11 @@ func TestMultiLossLeaseRunsOut(t *testing.T) {
 	t.Run("redis paused", func(t *testing.T) {
 		verifyNoLeaks(t)
 		srv := redistest.Start(t)
-		const lease = 900 * time.Millisecond
-		c := newClient(t, srv, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond})
+		// The loss comes a call's time (500 ms, plus the drift) before the lease could run
+		// out: with 100 ms calls that margin was less than a goroutine can wait for a CPU
+		// under make test's load.
+		const lease = 2 * time.Second
+		c := newClient(t, srv, &Options{Lease: lease, CallTimeout: lease / 4})
 		ctx := ctxT(t, 10*time.Second)
 		a, b := uniqueKey(t), uniqueKey(t)
 		m, err := c.ObtainMany(ctx, kf(a, b))

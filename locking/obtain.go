@@ -134,8 +134,11 @@ func (c *Client) obtainKind(ctx context.Context, kd *kind, channel string, limit
 	}
 	// Try at once, unless waiters of this Client are queued for the key and the kind queues
 	// behind them (waitLoop). TryObtain always tries.
+	var hint time.Duration // the first attempt's: how long at most until the lock is free
 	if limit == 0 || !kd.queueBehind || !c.notify.queued(channel) {
-		ok, _, err := try(ctx)
+		var ok bool
+		var err error
+		ok, hint, err = try(ctx)
 		switch {
 		case err != nil:
 			return nil, err
@@ -145,7 +148,7 @@ func (c *Client) obtainKind(ctx context.Context, kd *kind, channel string, limit
 			return nil, ErrNotObtained
 		}
 	}
-	if err := c.waitLoop(ctx, channel, limit, try); err != nil {
+	if err := c.waitLoop(ctx, channel, limit, hint, try); err != nil {
 		return nil, err
 	}
 	lock.h.waited = true
@@ -220,7 +223,8 @@ func (c *Client) acquireKey(ctx context.Context, k keys, owner string, floor int
 		if res[1] == -1 { // a lock hash without expiry (set by hand?): do not poll it fast
 			return 0, sent, c.lease, nil
 		}
-		return 0, sent, time.Duration(res[1]) * time.Millisecond, nil
+		// PTTL 0: under a millisecond left. A hint of 0 would mean "none" (a full backoff).
+		return 0, sent, time.Duration(max(res[1], 1)) * time.Millisecond, nil
 	}
 	err = c.ackAcquired(ctx, conn, k.name, func(ctx context.Context) error {
 		_, err := c.fairScript(ctx, k, owner, true, false, false) // and wake a fair waiter

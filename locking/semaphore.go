@@ -137,7 +137,7 @@ func (s *Semaphore) acquire(ctx context.Context, key string, limit time.Duration
 			return nil, 0, errors.Join(ErrNotObtained, errAbandoned)
 		}
 		if res[0] != 1 {
-			hint := time.Duration(res[1]) * time.Millisecond
+			hint := time.Duration(max(res[1], 1)) * time.Millisecond // PTTL 0: under 1 ms; 0 would be "no hint"
 			if takeover {
 				hint = min(hint, max(time.Until(s.nextCheck(key)), time.Millisecond))
 			}

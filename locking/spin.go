@@ -56,10 +56,11 @@ func (s SpinOptions) sleep(n int, hint time.Duration) time.Duration {
 
 // spinWait is waitLoop in spin mode (and Redlock's retry loop): it sleeps, calls attempt,
 // and repeats with a growing backoff until attempt succeeds or fails, ctx ends, or the wait
-// limit passes (zero or negative: none). The caller made one failed attempt already. It
-// returns nil once attempt succeeded, ErrNotObtained (joined with ctx.Err() when ctx ended
-// the wait), or attempt's error.
-func spinWait(ctx context.Context, s SpinOptions, limit time.Duration,
+// limit passes (zero or negative: none). The caller made one failed attempt already, whose
+// hint (the holder's remaining lease; 0: none) bounds the first sleep as each attempt's
+// bounds the next. It returns nil once attempt succeeded, ErrNotObtained (joined with
+// ctx.Err() when ctx ended the wait), or attempt's error.
+func spinWait(ctx context.Context, s SpinOptions, limit, hint time.Duration,
 	attempt func(context.Context) (bool, time.Duration, error)) error {
 	var limitC <-chan time.Time
 	if limit > 0 {
@@ -67,7 +68,7 @@ func spinWait(ctx context.Context, s SpinOptions, limit time.Duration,
 		defer lt.Stop()
 		limitC = lt.C
 	}
-	timer := time.NewTimer(s.sleep(0, 0))
+	timer := time.NewTimer(s.sleep(0, hint))
 	defer timer.Stop()
 	for n := 1; ; n++ {
 		select {

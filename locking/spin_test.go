@@ -77,12 +77,12 @@ func TestSpinBoundedWait(t *testing.T) {
 }
 
 func TestSpinSleepBoundedByLease(t *testing.T) {
-	// A holder that never releases (fixed 250ms lease): a waiter whose backoff grows far
-	// longer still takes the lock right after the lease runs out, as its sleep is bounded by
+	// A holder that never releases (fixed 250ms lease): a waiter whose first backoff is 2.5
+	// to 5 s still takes the lock right after the lease runs out, as its sleep is bounded by
 	// the remaining lease the failed attempt returned.
 	const lease = 250 * time.Millisecond
 	holder := newClient(t, nil, &Options{Lease: lease, DisableWatchdog: true})
-	c := newClient(t, nil, &Options{Spin: &SpinOptions{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Second}})
+	c := newClient(t, nil, &Options{Spin: &SpinOptions{MinBackoff: 5 * time.Second, MaxBackoff: 10 * time.Second}})
 	ctx := ctxT(t, 10*time.Second)
 	key := uniqueKey(t)
 	_, err := holder.Obtain(ctx, key)
@@ -90,7 +90,7 @@ func TestSpinSleepBoundedByLease(t *testing.T) {
 	start := time.Now()
 	l, err := c.Obtain(ctx, key)
 	require.NoError(t, err)
-	assert.Less(t, time.Since(start), lease+time.Second)
+	assert.Less(t, time.Since(start), lease+2*time.Second, "an unbounded first sleep is at least 2.5 s")
 	require.NoError(t, l.Release(ctx))
 }
 

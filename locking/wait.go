@@ -16,12 +16,14 @@ import (
 // overtake them. attempt reports whether it succeeded, or how long at most to sleep before
 // trying again (the holder's remaining lease), or an error, which ends the wait. Between
 // attempts it sleeps until a message on channel, that time, ctx's end or the wait limit
-// (zero or negative: none). It returns nil once attempt succeeded, ErrNotObtained (joined
-// with ctx.Err() when ctx ended the wait), or attempt's error.
-func (c *Client) waitLoop(ctx context.Context, channel string, limit time.Duration,
+// (zero or negative: none). hint is the caller's failed attempt's (0: none made, or no
+// hint); only spin mode, which sleeps before its first attempt, uses it. It returns nil
+// once attempt succeeded, ErrNotObtained (joined with ctx.Err() when ctx ended the wait), or
+// attempt's error.
+func (c *Client) waitLoop(ctx context.Context, channel string, limit, hint time.Duration,
 	attempt func(context.Context) (bool, time.Duration, error)) error {
 	if c.family.spin != nil { // spin mode: poll with backoff, no subscription (spin.go)
-		return spinWait(ctx, *c.family.spin, limit, attempt)
+		return spinWait(ctx, *c.family.spin, limit, hint, attempt)
 	}
 	var limitC <-chan time.Time
 	if limit > 0 {

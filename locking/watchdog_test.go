@@ -182,9 +182,12 @@ func TestLossDeclaredBeforeExpiryWhenRedisPaused(t *testing.T) {
 	testutil.SkipShort(t, testutil.Fault)
 	verifyNoLeaks(t)
 	srv := redistest.Start(t)
-	const lease = time.Second
+	// A 2 s lease with 500 ms calls: the loss is declared a call's time (plus the drift)
+	// before the lease could run out. With a 1 s lease that margin was about 110 ms, less than
+	// a goroutine can wait for a CPU under make test's load (run 8).
+	const lease = 2 * time.Second
 	var lost lostRecorder
-	c := newClient(t, srv, &Options{Lease: lease, Hooks: Hooks{Lost: lost.hook}})
+	c := newClient(t, srv, &Options{Lease: lease, CallTimeout: lease / 4, Hooks: Hooks{Lost: lost.hook}})
 	ctx := ctxT(t, 10*time.Second)
 	l, err := c.Obtain(ctx, uniqueKey(t))
 	require.NoError(t, err)
