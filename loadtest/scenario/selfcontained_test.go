@@ -280,7 +280,10 @@ func TestPerfStructure(t *testing.T) {
 		assert.LessOrEqual(t, row.P50MS, row.P99MS)
 		assert.Empty(t, row.Not2xx, "%d items, %s: every answer a sale (or ok for /healthz)", row.Items, row.Target)
 		if row.Target == perfLockGuard {
-			assert.GreaterOrEqual(t, row.MeanBatch, 1.0, "batch sizes read from /metrics")
+			// Read from /metrics: orders per hold. Not at least 1: a hold whose buyers all left
+			// before it could admit them (the phase's end cancels those in flight) wrote 0,
+			// and on a loaded machine a 300 ms phase has few holds (a CI run: 0.47).
+			assert.Positive(t, row.MeanBatch, "batch sizes read from /metrics")
 		}
 	}
 	assert.Len(t, rep.Ratios, 4*len(perfScenarios))
