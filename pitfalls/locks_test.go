@@ -257,7 +257,11 @@ func testFixedLeaseOversellsWatchdogAndFenceHold(t *testing.T, be backend) {
 			sc := newScript()
 			cfg := demoConfig(db, rdb)
 			cfg.Sleep = sc.sleep
-			realLock := locking.New(rdb, &locking.Options{KeyPrefix: inventory.LockKeyPrefix, Lease: lease, Wait: 10 * time.Second})
+			// The real lock's lease is twice the pitfall's, with calls of a quarter of it (150
+			// ms): with 300 ms and its 50 ms calls, a renewal could time out under make test's
+			// load, and the lock be lost (buyer B working beside A).
+			const realLease = 2 * lease
+			realLock := locking.New(rdb, &locking.Options{KeyPrefix: inventory.LockKeyPrefix, Lease: realLease, CallTimeout: realLease / 4, Wait: 10 * time.Second})
 			t.Cleanup(func() { _ = realLock.Close() })
 			cfg.Locker = inventory.NewLocker(realLock)
 			s := newService(t, cfg)
@@ -282,7 +286,7 @@ func testFixedLeaseOversellsWatchdogAndFenceHold(t *testing.T, be backend) {
 			}
 			// Three leases: the watchdog keeps A's lock, B waits for it and has not
 			// started any work.
-			time.Sleep(3 * lease)
+			time.Sleep(3 * realLease)
 			select {
 			case d := <-sc.started:
 				t.Fatalf("buyer %s worked beside the holder", d)
