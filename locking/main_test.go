@@ -77,10 +77,30 @@ func newRedis(t testing.TB, srv *redistest.Server) *redis.Client {
 	return srv.Client(t)
 }
 
-// newClient returns a locking Client over a fresh connection, closed when t ends.
+// loaded gives Options that shorten the lease and leave CallTimeout unset a call bound of a
+// quarter of the lease, at most 250 ms, where the default is less (a tenth of the lease, 50 ms
+// at 500 ms; a Redlock's, a hundredth): make test's load (two cores, -race, four packages at
+// once) has made single Redis calls take over 100 ms, and tests with a 300 ms to 1 s lease
+// failed on "i/o timeout" or "context deadline exceeded" at random. A default lease's bound
+// (2 s) is untouched, and a test about the call bound sets CallTimeout itself. newClient,
+// newSemaphore and newRedlock pass their Options through it; tests that call New themselves
+// keep theirs.
+func loaded(opts *Options) *Options {
+	if opts == nil || opts.CallTimeout != 0 || opts.Lease <= 0 {
+		return opts
+	}
+	o := *opts
+	if d := min(o.Lease/4, 250*time.Millisecond); d > o.callTimeout() {
+		o.CallTimeout = d
+	}
+	return &o
+}
+
+// newClient returns a locking Client over a fresh connection, closed when t ends; its
+// Options go through loaded.
 func newClient(t testing.TB, srv *redistest.Server, opts *Options) *Client {
 	t.Helper()
-	c := New(newRedis(t, srv), opts)
+	c := New(newRedis(t, srv), loaded(opts))
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
 }

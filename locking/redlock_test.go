@@ -33,13 +33,14 @@ func startNodes(t testing.TB, n int) ([]*redistest.Server, []*redis.Client) {
 	return srvs, rdbs
 }
 
+// newRedlock returns a Redlock over rdbs, closed when t ends; its Options go through loaded.
 func newRedlock(t testing.TB, rdbs []*redis.Client, opts *Options) *Redlock {
 	t.Helper()
 	nodes := make([]redis.UniversalClient, len(rdbs))
 	for i, c := range rdbs {
 		nodes[i] = c
 	}
-	r := NewRedlock(nodes, opts)
+	r := NewRedlock(nodes, loaded(opts))
 	t.Cleanup(func() { require.NoError(t, r.Close()) })
 	return r
 }

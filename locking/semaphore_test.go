@@ -15,13 +15,13 @@ import (
 )
 
 // newSemaphore returns a Semaphore over rdb (a fresh shared-server client when nil), closed
-// when t ends.
+// when t ends; its Options go through loaded.
 func newSemaphore(t testing.TB, rdb redis.UniversalClient, permits int, opts *Options) *Semaphore {
 	t.Helper()
 	if rdb == nil {
 		rdb = newRedis(t, nil)
 	}
-	s := NewSemaphore(rdb, permits, opts)
+	s := NewSemaphore(rdb, permits, loaded(opts))
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s
 }
