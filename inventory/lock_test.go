@@ -229,7 +229,9 @@ func TestStaleHolderWritesAfterNewerOne(t *testing.T) {
 
 func testStaleHolderWritesAfterNewerOne(t *testing.T, be backend) {
 	srv := redistest.Start(t)
-	opts := locking.Options{Lease: 200 * time.Millisecond, DisableWatchdog: true}
+	// A 400 ms lease with 100 ms calls: with 200 ms and its 50 ms calls, A's acquisition
+	// could time out under stress-ng, or its lease end before the test saw it held.
+	opts := locking.Options{Lease: 400 * time.Millisecond, CallTimeout: 100 * time.Millisecond, DisableWatchdog: true}
 	for _, name := range []string{inventory.StrategyLock, inventory.StrategyLockGuard} {
 		t.Run(name, func(t *testing.T) {
 			db, path := openDB(t, be)
@@ -243,12 +245,20 @@ func testStaleHolderWritesAfterNewerOne(t *testing.T, be backend) {
 			var slowRec inventory.Receipt
 			go func() {
 				var err error
-				slowRec, _, err = purchase(s, ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name, Work: 700 * time.Millisecond})
+				slowRec, _, err = purchase(s, ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 1, Strategy: name, Work: 950 * time.Millisecond})
 				slow <- err
 			}()
-			require.Eventually(t, func() bool { // A holds the lock
+			answered, early := false, error(nil) // A's answer, when it came before A was seen holding the lock
+			require.Eventually(t, func() bool {  // A holds the lock
+				select {
+				case early = <-slow:
+					answered = true
+					return true
+				default:
+				}
 				return rdb.Exists(ctx, lockPrefix+"{item:"+itoa(id)+"}").Val() == 1
 			}, 5*time.Second, time.Millisecond)
+			require.False(t, answered, "A answered (%v) before it was seen holding the lock", early)
 			fast, _, err := purchase(other, ctx, inventory.PurchaseRequest{ItemID: id, Quantity: 2, Strategy: name})
 			require.NoError(t, err, "B gets the lock once A's lease ran out")
 			require.NoError(t, <-slow)

@@ -226,10 +226,12 @@ func TestReplicasUnacknowledgedRenewalsLoseTheLock(t *testing.T) {
 	testutil.SkipShort(t, testutil.MultiProcess)
 	verifyNoLeaks(t)
 	r := startReplicated(t)
-	const lease = 900 * time.Millisecond
-	c := newClient(t, r.master, &Options{Replicas: 1, Lease: lease, CallTimeout: 100 * time.Millisecond,
-		ReplicaTimeout: 50 * time.Millisecond})
-	plain := newClient(t, r.master, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond})
+	// 300 ms calls and 200 ms WAITs (together within a third of the lease): with 100 ms and
+	// 50 ms, a WAIT's reply came too late under stress-ng and the first Obtain failed.
+	const lease = 2 * time.Second
+	c := newClient(t, r.master, &Options{Replicas: 1, Lease: lease, CallTimeout: 300 * time.Millisecond,
+		ReplicaTimeout: 200 * time.Millisecond})
+	plain := newClient(t, r.master, &Options{Lease: lease, CallTimeout: 300 * time.Millisecond})
 	ctx := ctxT(t, 20*time.Second)
 	l, err := c.Obtain(ctx, uniqueKey(t))
 	require.NoError(t, err)
