@@ -222,29 +222,6 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 	slices.Sort(shedLatency)
 	t.Logf("at_capacity answers, seen by the clients (2,000 connections at once): p50 %s, p99 %s",
 		shedLatency[len(shedLatency)/2].Round(time.Millisecond), shedLatency[len(shedLatency)*99/100].Round(time.Millisecond))
-	// Seen by the server (its access log): the answer is at once.
-	var served []time.Duration
-	for _, line := range strings.Split(s.logs.String(), "\n") {
-		if strings.Contains(line, "code=at_capacity") && strings.Contains(line, "msg=request ") {
-			if m := durationRE.FindStringSubmatch(line); m != nil {
-				d, err := time.ParseDuration(m[1])
-				require.NoError(t, err)
-				served = append(served, d)
-			}
-		}
-	}
-	require.NotEmpty(t, served)
-	slices.Sort(served)
-	p99 := served[len(served)*99/100]
-	t.Logf("at_capacity answers, seen by the server: %d, p50 %s, p99 %s", len(served), served[len(served)/2], p99)
-	// They wait for nothing: a purchase that reached the database would wait out the write
-	// deadline (10s), every one of them, so their median would be 10s or more. What an answer
-	// at once still costs here is the admission's short wait and 2,000 connections on two
-	// cores: a p99 of about 1s on a quiet machine, but with make test's other packages beside
-	// it a median of 0.9s to 4.9s and a slowest answer of up to 11.7s. So the median must stay
-	// under the deadline: that tells "answered without the database" from "waited for it"
-	// without timing the machine's load (a p99 under 5s, then a maximum under 10s, failed there).
-	assert.Less(t, served[len(served)/2], 10*time.Second, "at_capacity answers wait for nothing (the write deadline is 10s): the median")
 
 	// The admitted ones do not wait out the hang: their item's read (or write) has a deadline
 	// (the write's, 10s here), past which they are answered 503 unavailable, and their places
@@ -269,6 +246,35 @@ func TestPurchasesShedAgainstHungDatabase(t *testing.T) {
 	assert.Zero(t, purchasesRunning(t), "purchases in flight once every buyer was answered")
 	t.Logf("database still hung: every admitted purchase answered 503 unavailable (%d), none in flight; %d purchases sent again after a connection closed without an answer",
 		gaveUp, resent.Load())
+
+	// Seen by the server (its access log): the at_capacity answers wait for nothing, the
+	// admitted purchases' unavailable answers wait out the write deadline (10s). Told apart
+	// by their medians in this one run, not by a time: what an answer at once costs with
+	// 2,000 connections on two cores is the machine's (a p99 of about 1s on a quiet machine,
+	// a median of 0.9s to 4.9s with make test's other packages beside it, 10.8s under
+	// stress-ng --cpu 2, where a bound of 10s failed), and the deadline's answers pay the
+	// same and the deadline on top.
+	served := func(code string) []time.Duration {
+		var out []time.Duration
+		for _, line := range strings.Split(s.logs.String(), "\n") {
+			if strings.Contains(line, "code="+code) && strings.Contains(line, "msg=request ") {
+				if m := durationRE.FindStringSubmatch(line); m != nil {
+					d, err := time.ParseDuration(m[1])
+					require.NoError(t, err)
+					out = append(out, d)
+				}
+			}
+		}
+		require.NotEmpty(t, out, code)
+		slices.Sort(out)
+		return out
+	}
+	shedServed, deadlineServed := served("at_capacity"), served("unavailable")
+	t.Logf("seen by the server: %d at_capacity answers, p50 %s, p99 %s; %d unavailable answers, p50 %s",
+		len(shedServed), shedServed[len(shedServed)/2], shedServed[len(shedServed)*99/100],
+		len(deadlineServed), deadlineServed[len(deadlineServed)/2])
+	assert.Less(t, shedServed[len(shedServed)/2], deadlineServed[len(deadlineServed)/2],
+		"at_capacity answers wait for nothing: their median under that of the answers that waited for the write deadline")
 
 	signalPostgres(t, pg.PID(), syscall.SIGCONT)
 	resumed = true
