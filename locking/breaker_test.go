@@ -137,8 +137,11 @@ func TestBreakerHolderToldBeforeLeaseEnds(t *testing.T) {
 	rdb := redis.NewClient(srv.Options())
 	defer rdb.Close()
 	b := brk.Watch("node", rdb)
-	const lease = 1500 * time.Millisecond
-	c := New(rdb, &Options{Lease: lease, CallTimeout: 60 * time.Millisecond, Breakers: brk})
+	// 500 ms calls (60 ms timed the first Obtain out under stress-ng) and a 3 s lease: the
+	// loss deadline (lease − drift − call, about 2.45 s) leaves over half a second to the
+	// lease's end for the holder to be told on a loaded machine.
+	const lease = 3 * time.Second
+	c := New(rdb, &Options{Lease: lease, CallTimeout: 500 * time.Millisecond, Breakers: brk})
 	defer c.Close()
 	ctx := ctxT(t, 20*time.Second)
 	key := uniqueKey(t)

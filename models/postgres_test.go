@@ -54,6 +54,12 @@ func TestPostgresErrorClassification(t *testing.T) {
 	require.NoError(t, err)
 	defer models.Close(db)
 	require.NoError(t, db.Create(&models.Item{SKU: "a", Name: "a", Stock: 5, InitialStock: 5}).Error)
+	// The two-transaction cases run on a pool with the default timeouts: with db's 200 ms
+	// statement timeout, a transaction left idle while the other connection's statement ran
+	// was ended by its idle-in-transaction timeout under stress-ng (25P03, not 40001).
+	roomy, err := models.Open(ctx, url)
+	require.NoError(t, err)
+	defer models.Close(roomy)
 
 	t.Run("statement timeout is unavailable", func(t *testing.T) {
 		err := db.Exec("SELECT pg_sleep(2)").Error
@@ -63,12 +69,12 @@ func TestPostgresErrorClassification(t *testing.T) {
 	})
 
 	t.Run("serialization failure is busy", func(t *testing.T) {
-		tx := db.Begin(&sqlTxOptionsRepeatableRead)
+		tx := roomy.Begin(&sqlTxOptionsRepeatableRead)
 		require.NoError(t, tx.Error)
 		defer tx.Rollback()
 		var stock int
 		require.NoError(t, tx.Raw("SELECT stock FROM items WHERE sku = 'a'").Row().Scan(&stock)) // the snapshot
-		require.NoError(t, db.Exec("UPDATE items SET stock = stock - 1 WHERE sku = 'a'").Error)
+		require.NoError(t, roomy.Exec("UPDATE items SET stock = stock - 1 WHERE sku = 'a'").Error)
 		err := tx.Exec("UPDATE items SET stock = stock - 1 WHERE sku = 'a'").Error
 		require.Error(t, err)
 		assert.True(t, models.IsBusy(err), "40001: %v", err)
@@ -76,13 +82,13 @@ func TestPostgresErrorClassification(t *testing.T) {
 	})
 
 	t.Run("terminated connection is unavailable", func(t *testing.T) {
-		tx := db.Begin()
+		tx := roomy.Begin()
 		require.NoError(t, tx.Error)
 		defer tx.Rollback()
 		var pid int
 		require.NoError(t, tx.Raw("SELECT pg_backend_pid()").Row().Scan(&pid))
 		require.NoError(t, tx.Exec("UPDATE items SET stock = 0 WHERE sku = 'a'").Error)
-		require.NoError(t, db.Exec("SELECT pg_terminate_backend(?)", pid).Error)
+		require.NoError(t, roomy.Exec("SELECT pg_terminate_backend(?)", pid).Error)
 		err := tx.Exec("UPDATE items SET name = 'b' WHERE sku = 'a'").Error
 		require.Error(t, err)
 		assert.True(t, models.IsUnavailable(err), "%v", err)
