@@ -126,7 +126,24 @@ func testStreamStopsBehindANewerFence(t *testing.T, be backend) {
 	require.NoError(t, <-late)
 	require.NoError(t, <-fs.long, "the first buyer, refused in its hold too, sold by the next one")
 	assert.Greater(t, rec.FenceToken, newer, "the next hold's token is floored above the fence seen")
-	assert.Equal(t, []int{1, 2}, fs.holds.get())
+	// The streaming hold wrote the second buyer's order only; the two refused buyers are sold
+	// by the next hold, or by the next two: the first buyer's retry is queued once its hold has
+	// released the lock and answered, and the next hold may have admitted the late buyer by
+	// then (a clean-clone make test saw [1 1 1]).
+	holds := fs.holds.get()
+	require.NotEmpty(t, holds)
+	assert.Equal(t, 1, holds[0], "the streaming hold stopped after its refused write: %v", holds)
+	assert.Equal(t, 3, sumInts(holds), "every order written once: %v", holds)
+	assert.LessOrEqual(t, len(holds), 3, "%v", holds)
 	assertFenceOrder(t, ordersOf(t, fs.s, fs.id))
 	assertBalanced(t, fs.s)
+}
+
+// sumInts adds ns up.
+func sumInts(ns []int) int {
+	n := 0
+	for _, v := range ns {
+		n += v
+	}
+	return n
 }

@@ -176,8 +176,8 @@ func TestMultiAllOrNothing(t *testing.T) {
 // loss, and nothing is left held.
 func TestMultiLossDuringWait(t *testing.T) {
 	verifyNoLeaks(t)
-	const lease = 600 * time.Millisecond
-	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond})
+	const lease = time.Second // with 250 ms calls: 100 ms ones timed out under load
+	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: lease / 4})
 	other := newClient(t, nil, nil)
 	ctx := ctxT(t, 10*time.Second)
 	// a sorts before b, so it is taken first and renewed while b is awaited (two uniqueKeys
@@ -209,9 +209,9 @@ func TestMultiLossDuringWait(t *testing.T) {
 // already taken: the Multi is obtained whole once the later key is freed.
 func TestMultiRenewsWhileWaiting(t *testing.T) {
 	verifyNoLeaks(t)
-	const lease = 600 * time.Millisecond
+	const lease = time.Second // with 250 ms calls: 100 ms ones timed out under load
 	var renewed atomic.Int64
-	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond,
+	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: lease / 4,
 		Hooks: Hooks{Renewed: func(string) { renewed.Add(1) }}})
 	other := newClient(t, nil, &Options{Lease: 5 * time.Second})
 	ctx := ctxT(t, 10*time.Second)
@@ -383,10 +383,12 @@ func TestMultiNotReentered(t *testing.T) {
 func TestMultiCluster(t *testing.T) {
 	verifyNoLeaks(t)
 	cl := redistest.StartCluster(t)
-	const prefix, lease = "mc:", 900 * time.Millisecond
+	// A 1.2 s lease with 300 ms calls: the first Obtain on a fresh cluster, at 150 ms, timed
+	// out in a clean-clone make test.
+	const prefix, lease = "mc:", 1200 * time.Millisecond
 	rdb := redistest.ClusterClient(t, cl)
 	keys := keysOnMasters(t, rdb, prefix, 3)
-	opts := &Options{KeyPrefix: prefix, Lease: lease, CallTimeout: 150 * time.Millisecond}
+	opts := &Options{KeyPrefix: prefix, Lease: lease, CallTimeout: lease / 4}
 	c := New(rdb, opts)
 	defer c.Close()
 	other := New(redistest.ClusterClient(t, cl), opts)
@@ -442,7 +444,7 @@ func TestMultiCluster(t *testing.T) {
 
 // evalEach loads a script that a node does not know (NOSCRIPT) and still answers every key.
 func TestMultiScriptFlushed(t *testing.T) {
-	c := newClient(t, nil, &Options{Lease: 600 * time.Millisecond, CallTimeout: 100 * time.Millisecond})
+	c := newClient(t, nil, &Options{Lease: time.Second, CallTimeout: 250 * time.Millisecond})
 	ctx := ctxT(t, 10*time.Second)
 	a, b := uniqueKey(t), uniqueKey(t)
 	m, err := c.ObtainMany(ctx, kf(a, b))

@@ -54,10 +54,10 @@ func TestMultiLossOfOneKey(t *testing.T) {
 	for _, how := range []string{"deleted", "taken over"} {
 		t.Run(how, func(t *testing.T) {
 			verifyNoLeaks(t)
-			const lease = 600 * time.Millisecond
+			const lease = time.Second // with 250 ms calls: 100 ms ones timed out under load
 			var lost lostRecorder
 			var lostKeys sync.Map
-			c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond,
+			c := newClient(t, nil, &Options{Lease: lease, CallTimeout: lease / 4,
 				Hooks: Hooks{Lost: func(k string, err error) { lostKeys.Store(k, true); lost.hook(k, err) }}})
 			ctx := ctxT(t, 10*time.Second)
 			a, b, z := uniqueKey(t), uniqueKey(t), uniqueKey(t)
@@ -226,8 +226,8 @@ func TestMultiHooks(t *testing.T) {
 	acquired := map[string]int64{}
 	renewed := map[string]int{}
 	released := map[string]int{}
-	const lease = 600 * time.Millisecond
-	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: 100 * time.Millisecond, Hooks: Hooks{
+	const lease = time.Second // with 250 ms calls: 100 ms ones timed out under load
+	c := newClient(t, nil, &Options{Lease: lease, CallTimeout: lease / 4, Hooks: Hooks{
 		Acquired: func(k string, tok int64, _ time.Duration) { mu.Lock(); acquired[k] = tok; mu.Unlock() },
 		Renewed:  func(k string) { mu.Lock(); renewed[k]++; mu.Unlock() },
 		Released: func(k string, _ time.Duration) { mu.Lock(); released[k]++; mu.Unlock() },
