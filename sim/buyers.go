@@ -30,6 +30,7 @@ func (a answer) definite() bool { return a.Status >= 200 && a.Status < 500 }
 func (w *world) call(slot int, fn func(ctx context.Context, svc *inventory.Service) (inventory.CartReceipt, error)) answer {
 	p := w.proc(slot)
 	a := answer{Answer: verdict.Answer{Sent: w.dbNow()}}
+	progress.Add(1)
 	w.mu.Lock()
 	w.ops++
 	w.mu.Unlock()

@@ -271,6 +271,7 @@ func isRead(query string) bool {
 // around runs one statement of c: its faults first, then, outside a transaction, a write
 // under the writer token.
 func (c *conn) around(ctx context.Context, write bool, run func() error) error {
+	progress.Add(1)
 	if err := c.p.before(ctx, false); err != nil {
 		return err
 	}

@@ -151,6 +151,7 @@ func signal(ch chan struct{}) {
 
 // Write queues b for pumpOut, as a socket's send buffer takes it.
 func (c *pipeConn) Write(b []byte) (int, error) {
+	progress.Add(1)
 	c.writes.Add(1)
 	c.mu.Lock()
 	defer c.mu.Unlock()

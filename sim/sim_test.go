@@ -38,7 +38,7 @@ var (
 	flagReplay = flag.Int("sim.replays", 1, "times each seed runs (replay reproducibility)")
 	flagMut    = flag.String("sim.mutation", "", "TestSim runs the mutation run's plans of this mutation (mutations.go; reuse-tried-token needs -tags simmutation)")
 	flagProcs  = flag.Int("sim.gomaxprocs", 0, "TestSim runs with this GOMAXPROCS (1: one thread runs Go code at a time; replays come back more often, not always: docs/simulation.md)")
-	flagStall  = flag.Duration("sim.stall", time.Minute, "wall time after which one schedule counts as stalled")
+	flagStall  = flag.Duration("sim.stall", time.Minute, "wall time in which no bubble did anything, after which a running schedule counts as stalled")
 )
 
 // runSeed runs one schedule in a bubble of its own and returns what it recorded.
@@ -62,11 +62,42 @@ func runPlan(t *testing.T, plan Plan, mutate func(*inventory.Config)) Outcome {
 	var out Outcome
 	// A bubble whose goroutine waits on something it cannot see (a mutex held across a timed
 	// wait, a system call) never advances its clock: a stall. The watchdog, outside the
-	// bubble, names the seed and ends the binary with every goroutine's stack.
-	watchdog := time.AfterFunc(*flagStall, func() {
-		debug.SetTraceback("all")
-		panic(fmt.Sprintf("sim: seed %d stalled for %s of wall time (a wait the bubble cannot see)\n%s", seed, *flagStall, plan))
-	})
+	// bubble, names the seed and ends the binary with every goroutine's stack once nothing
+	// went on for sim.stall of wall time: no request, statement or Redis command in any
+	// bubble of the binary (progress). A bubble starved of CPU beside a loaded machine goes
+	// on slowly and is no stall (a wall-time bound alone called four seeds of a long run
+	// stalled beside make test at nice 19; each ran in under 7 s alone); one stalled bubble
+	// among others that go on is named once they have ended. A bubble busy while its clock
+	// stands still (a loop of reads: the first fault the simulator found) goes on without
+	// end: ten times sim.stall of wall time for one schedule names it.
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() { // owner: runPlan, which closes stopWatch and waits on watched
+		defer close(watched)
+		tick := time.NewTicker(*flagStall)
+		defer tick.Stop()
+		began, last := time.Now(), progress.Load()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-tick.C:
+			}
+			now := progress.Load()
+			why := ""
+			switch {
+			case now == last:
+				why = fmt.Sprintf("nothing went on for %s of wall time (a wait the bubble cannot see)", *flagStall)
+			case time.Since(began) > 10*(*flagStall):
+				why = fmt.Sprintf("still running after %s of wall time (a bubble busy while its clock stands still, or a machine starved for minutes)", time.Since(began).Round(time.Second))
+			}
+			if why != "" {
+				debug.SetTraceback("all")
+				panic(fmt.Sprintf("sim: seed %d stalled: %s\n%s", seed, why, plan))
+			}
+			last = now
+		}
+	}()
 	synctest.Test(t, func(t *testing.T) {
 		out = run(plan, dir, log, mutate)
 		// Simulated seconds for the goroutines the run closed to notice it and end: go-redis's
@@ -75,7 +106,8 @@ func runPlan(t *testing.T, plan Plan, mutate func(*inventory.Config)) Outcome {
 		// asleep then is reported as outliving the bubble.
 		time.Sleep(3 * time.Second)
 	})
-	watchdog.Stop()
+	close(stopWatch)
+	<-watched
 	_ = os.RemoveAll(dir)
 	return out
 }

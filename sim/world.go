@@ -57,6 +57,11 @@ type Outcome struct {
 	SetupErr error
 }
 
+// progress counts what every bubble of this process does (requests, SQL statements, Redis
+// commands): the stall watchdog (runPlan) tells a bubble that stopped, its clock standing
+// still on a wait it cannot see, from one starved of CPU, which goes on slowly.
+var progress atomic.Int64
+
 // run runs plan inside the caller's bubble and returns what it recorded. dir holds the
 // database file.
 func run(plan Plan, dir string, log *slog.Logger, mutate func(*inventory.Config)) Outcome {
