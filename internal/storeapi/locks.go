@@ -122,12 +122,8 @@ func AwaitHolder(ctx context.Context, hc *http.Client, bases []string, itemID in
 // fencing counter is still l's token (no one took the lock after l's holder). An error
 // reading Redis is false.
 func StillHeld(ctx context.Context, rdb redis.Cmdable, l HeldLock) bool {
-	got, err := rdb.Get(ctx, l.FenceKey).Int64()
-	if err != nil || got != l.Token {
-		return false
-	}
-	n, err := rdb.Exists(ctx, l.RedisKey).Result()
-	return err == nil && n == 1
+	_, ok := LeaseLeft(ctx, rdb, l)
+	return ok
 }
 
 // LeaseLeft reports how long the lock held as l has left in Redis (its key's PTTL), read in
