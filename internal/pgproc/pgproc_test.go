@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/pgproc"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 func TestStartCreateStopRestartClose(t *testing.T) {
@@ -61,6 +62,7 @@ func TestStartCreateStopRestartClose(t *testing.T) {
 }
 
 func TestDurableKeepsFsync(t *testing.T) {
+	testutil.SkipShort(t, testutil.Postgres)
 	ctx := context.Background()
 	s, err := pgproc.Start(pgproc.Options{Durable: true, Settings: map[string]string{"synchronous_commit": "off"}})
 	require.NoError(t, err)

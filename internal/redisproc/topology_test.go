@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stockguard/stockguard/internal/redisproc"
+	"github.com/stockguard/stockguard/internal/testutil"
 )
 
 func redisServerPath(t *testing.T) string {
@@ -27,6 +28,7 @@ func redisServerPath(t *testing.T) string {
 // Three masters share the 16384 slots: keys land on different nodes, and the go-redis cluster
 // client built from URL() reaches all of them.
 func TestStartCluster(t *testing.T) {
+	testutil.SkipShort(t, testutil.MultiProcess)
 	c, err := redisproc.StartCluster(redisServerPath(t), 3)
 	require.NoError(t, err)
 	defer c.Close()
@@ -57,6 +59,7 @@ func TestStartCluster(t *testing.T) {
 // over again at once, promoting the old master as it rejoins (seen in the Sentinels' logs).
 // Rejoin follows such a second failover, but this test checks the roles of the first one.
 func TestStartSentinelSetFailover(t *testing.T) {
+	testutil.SkipShort(t, testutil.MultiProcess)
 	s, err := redisproc.StartSentinelSet(redisServerPath(t), redisproc.SentinelConfig{DownAfter: 2 * time.Second})
 	require.NoError(t, err)
 	defer s.Close()
@@ -98,6 +101,7 @@ func TestStartSentinelSetFailover(t *testing.T) {
 // Rejoin follows the Sentinels: after a failover that killed nobody (SENTINEL FAILOVER swaps
 // the roles), it restarts nothing and reports the roles as the Sentinels now see them.
 func TestSentinelSetRejoinFollowsAnotherFailover(t *testing.T) {
+	testutil.SkipShort(t, testutil.MultiProcess)
 	s, err := redisproc.StartSentinelSet(redisServerPath(t), redisproc.SentinelConfig{DownAfter: 2 * time.Second})
 	require.NoError(t, err)
 	defer s.Close()
