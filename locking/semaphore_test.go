@@ -124,7 +124,9 @@ func TestSemaphoreStalledHolderLosesPermit(t *testing.T) {
 }
 
 func TestSemaphoreWatchdogRenewsAndSignalsLoss(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	// 1 s (renewals every 333 ms, calls bounded at 250 ms): at 300 ms a loaded make test saw a
+	// renewal's 75 ms call time out and the permit lost within three leases.
+	const lease = time.Second
 	s := newSemaphore(t, nil, 1, &Options{Lease: lease})
 	ctx := ctxT(t, 5*time.Second)
 	key := uniqueKey(t)
