@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/stockguard/stockguard/handlers"
+	"github.com/stockguard/stockguard/internal/procutil"
 	"github.com/stockguard/stockguard/internal/storeapi"
 	"github.com/stockguard/stockguard/inventory"
 )
@@ -85,6 +86,9 @@ func (s *Supervisor) Kill(ctx context.Context, items []int64) ([]Killed, error) 
 				unlock()
 				return nil, fmt.Errorf("%w: SIGSTOP instance %d: %w", inventory.ErrUnavailable, c.index, err)
 			}
+		}
+		for _, c := range procs { // frozen before Redis is asked (leaseLeft)
+			again = again || !procutil.WaitStopped(c.cmd.Process.Pid, 2*time.Second)
 		}
 		leaseEnds := make([]time.Time, len(hs))
 		for i, h := range hs {

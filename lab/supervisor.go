@@ -275,7 +275,7 @@ func (s *Supervisor) Pause(ctx context.Context, itemID int64) (Paused, error) {
 			c.mu.Unlock()
 			return Paused{}, fmt.Errorf("%w: SIGSTOP instance %d: %w", inventory.ErrUnavailable, c.index, err)
 		}
-		if _, ok := s.leaseLeft(ctx, held); !ok {
+		if _, ok := s.leaseLeft(ctx, held, proc.Pid); !ok {
 			_ = proc.Signal(syscall.SIGCONT) // it released between the look-up and the stop
 			c.mu.Unlock()
 			continue
@@ -312,10 +312,21 @@ func (s *Supervisor) holder(ctx context.Context, itemID int64) (*child, storeapi
 }
 
 // leaseLeft tells whether Redis still shows the lock held as held (its key exists and its
-// token is the last fencing token issued), and how long its lease has left.
-func (s *Supervisor) leaseLeft(ctx context.Context, held storeapi.HeldLock) (time.Duration, bool) {
+// token is the last fencing token issued), and how long its lease has left. Its holders' pids,
+// just sent SIGSTOP, are waited for until every thread is stopped, and Redis is settled
+// (storeapi.Settle): a release a holder wrote before it stopped runs before the question,
+// not after it (false: not stopped, or the lock is no longer held as held).
+func (s *Supervisor) leaseLeft(ctx context.Context, held storeapi.HeldLock, pids ...int) (time.Duration, bool) {
+	for _, pid := range pids {
+		if !procutil.WaitStopped(pid, 2*time.Second) {
+			return 0, false
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
+	if storeapi.Settle(ctx, s.rdb) != nil {
+		return 0, false
+	}
 	return storeapi.LeaseLeft(ctx, s.rdb, held)
 }
 

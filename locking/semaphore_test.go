@@ -128,7 +128,7 @@ func TestSemaphoreWatchdogRenewsAndSignalsLoss(t *testing.T) {
 	// renewal's 75 ms call time out and the permit lost within three leases.
 	const lease = time.Second
 	s := newSemaphore(t, nil, 1, &Options{Lease: lease})
-	ctx := ctxT(t, 5*time.Second)
+	ctx := ctxT(t, 10*time.Second)
 	key := uniqueKey(t)
 	p, err := s.Acquire(ctx, key)
 	require.NoError(t, err)

@@ -31,7 +31,7 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 
 var (
 	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed's schedule (a failure prints its seed)")
-	flagSeeds  = flag.Int("sim.seeds", 200, "schedules TestSim runs, seeds sim.first, sim.first+1, ... (under -short, when not set: shortSeeds)")
+	flagSeeds  = flag.Int("sim.seeds", 200, "schedules TestSim runs, seeds sim.first, sim.first+1, ... (under -short, when not set: 12)")
 	flagFirst  = flag.Uint64("sim.first", 1, "the first seed TestSim runs")
 	flagStep   = flag.Uint64("sim.step", 1, "TestSim's seeds are sim.first, sim.first+step, ... (2 from an even seed: every plan has the hot item in carts)")
 	flagV      = flag.Bool("sim.v", false, "log the processes' warnings to stderr")
@@ -199,7 +199,7 @@ func seedsToRun() []uint64 {
 }
 
 // shortSeeds is TestSim's number of schedules under -short (make test-short, the inner loop):
-// about 4 s on two cores, where the default 200 (make test's short run) take about 40 s.
+// about 4 s on two cores, where the default 200 (the run make test gives the package) take about 40 s.
 const shortSeeds = 12
 
 // flagSet tells whether the command line set flag name.

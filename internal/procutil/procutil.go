@@ -65,6 +65,30 @@ func Stop(p *os.Process, exited <-chan struct{}, grace time.Duration) {
 	<-exited
 }
 
+// WaitStopped waits, up to within, until every thread of process pid is stopped (Stopped),
+// and reports whether they were. A process that has exited (or is a zombie) never counts as
+// stopped: it returns false at once.
+func WaitStopped(pid int, within time.Duration) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(time.Millisecond) {
+		if Stopped(pid) {
+			return true
+		}
+		if gone(pid) || time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// gone reports whether process pid has exited: no /proc entry, or a zombie.
+func gone(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
+}
+
 // Stopped reports whether every thread of process pid is stopped (Linux: /proc/pid/task/*/stat).
 // SIGSTOP reaches the threads of a process one by one, and kill(2) returns before they stop: a
 // thread still running may finish a write (a reply, a lock's release) after the signal was

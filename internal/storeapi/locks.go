@@ -126,6 +126,22 @@ func StillHeld(ctx context.Context, rdb redis.Cmdable, l HeldLock) bool {
 	return ok
 }
 
+// Settle makes two round trips to rdb, after which the commands a process wrote before it was
+// frozen (SIGSTOP, every thread stopped: procutil.WaitStopped) have run: on loopback what it
+// wrote is in redis-server's socket buffer, and Redis runs it in the event-loop turn that sees
+// it; two round trips of ours span a whole turn after that. So a check that a frozen holder
+// still holds its lock (StillHeld, LeaseLeft) is not overtaken by its own release in flight.
+// (An in-process miniredis serves each connection on a goroutine of its own, with no such
+// turn: there it narrows the window without closing it.)
+func Settle(ctx context.Context, rdb redis.Cmdable) error {
+	for range 2 {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // LeaseLeft reports how long the lock held as l has left in Redis (its key's PTTL), read in
 // one MULTI with its fencing counter: false when it is no longer held as l (see StillHeld),
 // or Redis could not be read. A key without a TTL has 0 left and true.

@@ -105,16 +105,12 @@ func TestAwaitHolder(t *testing.T) {
 	time.AfterFunc(150*time.Millisecond, func() { close(taken) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// The instance shows the holder only once taken is closed, after its first answers: found,
+	// it kept asking until the holder appeared. (A bound on the time it took, as before, failed
+	// a loaded run: its 150 ms timer had started before the clock was read, 2 ms earlier.)
 	h, ok := AwaitHolder(ctx, http.DefaultClient, []string{late.URL}, 1, 10*time.Millisecond)
 	require.True(t, ok)
 	assert.Equal(t, 7, h.PID)
-	// It waited for the holder, not for a time: the lock was taken before it returned (a
-	// bound on time.Since failed a loaded run by 0.1 ms, the timer having started first).
-	select {
-	case <-taken:
-	default:
-		t.Fatal("AwaitHolder returned before the lock was taken")
-	}
 
 	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancelShort()

@@ -53,12 +53,9 @@ func (in *Instance) Pause() error {
 	// kill(2) returns before every thread has stopped, and a thread still running may finish
 	// a write (a lock's release, a COMMIT): Pause returns once the process is frozen, so that
 	// what its caller reads next cannot be overtaken by the process's own last writes.
-	for deadline := time.Now().Add(5 * time.Second); !procutil.Stopped(in.cmd.Process.Pid); {
-		if time.Now().After(deadline) {
-			_ = in.cmd.Process.Signal(syscall.SIGCONT)
-			return fmt.Errorf("instance %d (pid %d) not stopped 5s after SIGSTOP", in.Index, in.cmd.Process.Pid)
-		}
-		time.Sleep(time.Millisecond)
+	if !procutil.WaitStopped(in.cmd.Process.Pid, 5*time.Second) {
+		_ = in.cmd.Process.Signal(syscall.SIGCONT)
+		return fmt.Errorf("instance %d (pid %d) not stopped 5s after SIGSTOP (or it exited)", in.Index, in.cmd.Process.Pid)
 	}
 	in.state = "stopped"
 	return nil

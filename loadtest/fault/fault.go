@@ -194,27 +194,15 @@ func (c *Chaos) eachHolder(ctx context.Context, itemID int64, fn func(storeapi.H
 }
 
 // stillHeld checks on rdb that the lock is still held as l: no one took it after l's holder.
-// Called once the holder is frozen (cluster.Instance.Pause), it first makes two round trips
-// (settle): a release the holder wrote before it stopped is in Redis's socket buffer
-// (loopback), and Redis runs it in the event loop's turn that sees it; two round trips of
-// ours span a whole turn after that, so the answer cannot be overtaken by it. Without them a pause run once
-// confirmed a holder whose release landed just after the check (TestPauseLanesReport: the
-// "paused holder" had written and released, and had nothing stale left to show).
+// Called once the holder is frozen (cluster.Instance.Pause), it settles first
+// (storeapi.Settle), so that a release the holder wrote before it stopped has run. Without it
+// a pause run once confirmed a holder whose release landed just after the check
+// (TestPauseLanesReport: the "paused holder" had written and released, and had nothing stale
+// left to show).
 func (c *Chaos) stillHeld(ctx context.Context, rdb *redis.Client, l storeapi.HeldLock) bool {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	return settle(cctx, rdb) == nil && storeapi.StillHeld(cctx, rdb, l)
-}
-
-// settle makes the two round trips after which a frozen process's last writes have run in
-// Redis (stillHeld says why).
-func settle(ctx context.Context, rdb *redis.Client) error {
-	for range 2 {
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return storeapi.Settle(cctx, rdb) == nil && storeapi.StillHeld(cctx, rdb, l)
 }
 
 // until calls ok every 5ms until it is true (true), or StepWait passes or the run ends (false).

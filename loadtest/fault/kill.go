@@ -161,7 +161,7 @@ func (m *Injection) killHolder(n int) (Kill, error) {
 func (c *Chaos) heldBy(ctx context.Context, l storeapi.HeldLock, process string) (string, int64) {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if settle(cctx, c.rdb) != nil {
+	if storeapi.Settle(cctx, c.rdb) != nil {
 		return "", 0
 	}
 	if process == "" {
