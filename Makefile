@@ -78,7 +78,8 @@ testbin:
 
 ## test-short: the inner loop (at most 90 s): the unit tests and the real-server tests, four
 ## binaries at once, the slowest first; the multi-process, fault, browser, build and PostgreSQL
-## tests skip, naming their group (internal/testutil), and the simulator runs 12 schedules.
+## tests and the simulator's mutation runs skip, naming their group (internal/testutil); the
+## simulator runs 12 schedules.
 ## Without the race detector: under -race the same run took 93 to 106 s (its builds about 83 s
 ## of CPU, mostly linking 50 race-built binaries; the tests' own CPU doubled); make test runs
 ## every test under -race, and `make test-short TESTARGS=-race` is the inner loop with it

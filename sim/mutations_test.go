@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 )
 
@@ -85,6 +86,7 @@ var flagWeak = flag.Bool("sim.weak", false, "TestMutations also runs the mutatio
 // seeds each took and the violation that found it.
 func TestMutations(t *testing.T) {
 	skipUnderRace(t)
+	testutil.SkipShort(t, testutil.Mutation)
 	for _, m := range []string{MutationNoFence, MutationHoldUncounted, MutationCartSplit, MutationNoStockGuard, MutationReuseTriedToken} {
 		t.Run(m, func(t *testing.T) {
 			if weakMutations[m] && !*flagWeak {

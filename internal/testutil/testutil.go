@@ -11,9 +11,10 @@ const (
 	Browser      = "browser"       // a headless Chromium
 	Build        = "build"         // a go build of the storefront (tens of seconds; make test builds it once for every test)
 	Postgres     = "postgres"      // the PostgreSQL rows of a table that runs on both backends (SQLite still runs), and the PostgreSQL-only tests
+	Mutation     = "mutation"      // the simulator's mutation runs: seeds until each planted fault is found, 5 to 20 s on two cores as the interleavings fall
 )
 
-// SkipShort skips tb under -short, naming its group (MultiProcess, Fault, Browser, Build, Postgres)
+// SkipShort skips tb under -short, naming its group (MultiProcess, Fault, Browser, Build, Postgres, Mutation)
 // in the message: `make test` runs it.
 func SkipShort(tb testing.TB, group string) {
 	tb.Helper()
