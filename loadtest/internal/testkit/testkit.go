@@ -47,13 +47,22 @@ func Main(m *testing.M, root string) int {
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(toxiproxySend); err != nil {
 			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
 			code = 1
 		}
 	}
 	return code
 }
+
+// toxiproxySend is the one goroutine of a library the leak check leaves out: toxiproxy v2.5.0's
+// NoopToxic.Pipe sends a chunk on its stub's output without watching its interrupt
+// (toxics/noop.go:16), so a link's stub whose next stub stopped reading (a toxic removed or the
+// proxy stopped with a chunk in flight, as internal/netfault's Heal and Close do) blocks there
+// for good. Seen once in a clean-clone make test (run 22: "chan send, 3 minutes"). It is the
+// fault injector's goroutine, not the storefront's or the harness's; internal/netfault's own
+// tests leave out toxiproxy's ToxicCollection the same way.
+var toxiproxySend = goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe")
 
 // NeedStorefront skips the test when Main could not build the storefront.
 func NeedStorefront(t *testing.T) {
