@@ -24,6 +24,7 @@ import (
 	"github.com/stockguard/stockguard/internal/pgproc"
 	"github.com/stockguard/stockguard/internal/procutil"
 	"github.com/stockguard/stockguard/internal/redistest"
+	"github.com/stockguard/stockguard/internal/storeapi"
 	"github.com/stockguard/stockguard/internal/testutil"
 	"github.com/stockguard/stockguard/inventory"
 	"github.com/stockguard/stockguard/locking"
@@ -280,10 +281,8 @@ func (k *killRun) holder(t *testing.T, kill bool) (int, time.Time) {
 				// question whether the lock is still held: once every thread is stopped, what
 				// it wrote is in Redis's socket buffer (loopback), and Redis runs it in the event
 				// loop's turn that sees it; two round trips of ours span a whole turn after that.
-				require.Eventually(t, func() bool { return procutil.Stopped(p.cmd.Process.Pid) }, 5*time.Second, time.Millisecond)
-				for range 2 {
-					require.NoError(t, k.rdb.Ping(context.Background()).Err())
-				}
+				require.True(t, procutil.WaitStopped(p.cmd.Process.Pid, 5*time.Second), "every thread stopped")
+				require.NoError(t, storeapi.Settle(context.Background(), k.rdb))
 				still, err := k.rdb.HExists(context.Background(), hash, owners[0]).Result()
 				require.NoError(t, err)
 				if still && !kill {
