@@ -9,8 +9,9 @@ import (
 	"github.com/stockguard/stockguard/loadtest/cluster"
 )
 
-// pauseHolder pauses for 3x the lease the instance that holds the hot item's lock (an instance
-// serving requests when the strategy takes no lock), then resumes it.
+// pauseHolder pauses for 3x the lease the instance that holds the hot item's lock and has not
+// yet written with it (an instance serving requests when the strategy takes no lock), then
+// resumes it.
 func (c *Chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start time.Time, r Target) *Event {
 	ev := &Event{Mode: ChaosPause}
 	if !r.Strategy.TakesLock {
@@ -29,11 +30,16 @@ func (c *Chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start tim
 			if err := in.Pause(); err != nil {
 				return false
 			}
-			if c.stillHeld(ctx, c.rdb, h.Lock) {
+			// Stopped, it cannot write from now on; the lock is checked last. A holder stopped
+			// after its write has no late step left: its release, cut by the pause, only lapses
+			// (its call times out on the resume, with no loss to tell and nothing to refuse).
+			if c.unwritten(ctx, h.Index, h.Lock.Token) && c.stillHeld(ctx, c.rdb, h.Lock) {
 				ev.Token, ev.Confirmed, paused = h.Lock.Token, true, in
 				return true
 			}
-			_ = in.Resume() // it released the lock between the look-up and the SIGSTOP: try again
+			// It released the lock between the look-up and the SIGSTOP, or its write already
+			// landed: try again.
+			_ = in.Resume()
 			return false
 		}) {
 			c.hold(ctx, ev, paused, start)
