@@ -9,9 +9,14 @@ import (
 	"github.com/stockguard/stockguard/loadtest/cluster"
 )
 
-// pauseHolder pauses for 3x the lease the instance that holds the hot item's lock and has not
-// yet written with it (an instance serving requests when the strategy takes no lock), then
-// resumes it.
+// pauseHolder pauses for 3x the lease the instance that holds the hot item's lock (an instance
+// serving requests when the strategy takes no lock), then resumes it. For the first half of
+// its 10 s search it takes only a holder that has not yet written with its token: one stopped
+// between its write and its release has no late step left (its release, cut by the pause,
+// lapses: the call times out on the resume, with no loss to tell and no write to refuse). A
+// hold that keeps selling under one token (--stream-alone behind -route item, --stream-hold)
+// writes early and goes on writing, so after that half any holder still holding the lock is
+// taken, and the event says it had written.
 func (c *Chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start time.Time, r Target) *Event {
 	ev := &Event{Mode: ChaosPause}
 	if !r.Strategy.TakesLock {
@@ -20,9 +25,12 @@ func (c *Chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start tim
 		c.pause(ctx, ev, in, start)
 		return ev
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	begin := time.Now()
+	deadline := begin.Add(10 * time.Second)
 	for time.Now().Before(deadline) {
+		anyHolder := time.Since(begin) >= 5*time.Second
 		var paused *cluster.Instance
+		written := false
 		if c.eachHolder(ctx, r.HotID, func(h storeapi.Holder) bool {
 			in := c.cluster.Instances[h.Index]
 			ev.Attempts++
@@ -30,18 +38,20 @@ func (c *Chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start tim
 			if err := in.Pause(); err != nil {
 				return false
 			}
-			// Stopped, it cannot write from now on; the lock is checked last. A holder stopped
-			// after its write has no late step left: its release, cut by the pause, only lapses
-			// (its call times out on the resume, with no loss to tell and nothing to refuse).
-			if c.unwritten(ctx, h.Index, h.Lock.Token) && c.stillHeld(ctx, c.rdb, h.Lock) {
+			// Stopped, it cannot write from now on; the lock is checked last.
+			written = !c.unwritten(ctx, h.Index, h.Lock.Token)
+			if (anyHolder || !written) && c.stillHeld(ctx, c.rdb, h.Lock) {
 				ev.Token, ev.Confirmed, paused = h.Lock.Token, true, in
 				return true
 			}
-			// It released the lock between the look-up and the SIGSTOP, or its write already
-			// landed: try again.
+			// It released the lock between the look-up and the SIGSTOP, or it has written
+			// already: try again.
 			_ = in.Resume()
 			return false
 		}) {
+			if written {
+				ev.Note = fmt.Sprintf("no holder was caught before its first write in 5s: this one had written with token %d already", ev.Token)
+			}
 			c.hold(ctx, ev, paused, start)
 			return ev
 		}
