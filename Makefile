@@ -7,7 +7,9 @@ TESTARGS ?=
 # compiled instead of compiling every package of this module again (on 2 cores, about 100 s of
 # the race pass's build alone; docs/architecture.md#tests). Stack traces and race reports name
 # files by module path (github.com/stockguard/stockguard/locking/hold.go), not by disk path.
-export GOFLAGS := $(strip $(if $(filter -trimpath,$(GOFLAGS)),$(GOFLAGS),-trimpath $(GOFLAGS)))
+# (override: a GOFLAGS given on make's command line is added to, not put in its place)
+override GOFLAGS := $(strip $(if $(filter -trimpath,$(GOFLAGS)),$(GOFLAGS),-trimpath $(GOFLAGS)))
+export GOFLAGS
 
 .PHONY: test test-passes test-beside test-short testbin deps system-packages vet bench oapigen jaeger loadtest perf run lab screenshots sim
 

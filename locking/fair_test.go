@@ -360,10 +360,11 @@ func TestFairMixedQueueTimeouts(t *testing.T) {
 	defer cancel()
 	var left chan error
 	join := func() {
-		left = make(chan error, 1)
+		ch := make(chan error, 1)
+		left = ch
 		go func() {
 			_, err := short.ObtainFair(sctx, key)
-			left <- err
+			ch <- err
 		}()
 	}
 	join()

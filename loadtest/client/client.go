@@ -193,12 +193,26 @@ func (a *API) Stats(ctx context.Context) ([]ItemStats, error) {
 
 // Orders reads every order, page by page (bounded: at most maxPages pages of 1000).
 func (a *API) Orders(ctx context.Context) ([]Order, error) {
+	return a.orders(ctx, 0)
+}
+
+// ItemOrders reads the orders with a line of item itemID (its purchases and the carts that
+// hold it), page by page, as Orders does.
+func (a *API) ItemOrders(ctx context.Context, itemID int64) ([]Order, error) {
+	return a.orders(ctx, itemID)
+}
+
+// orders reads the orders of itemID (every order when 0), page by page.
+func (a *API) orders(ctx context.Context, itemID int64) ([]Order, error) {
 	const limit, maxPages = 1000, 10000
 	var all []Order
 	var after int64
 	for page := 0; page < maxPages; page++ {
 		var out []Order
 		q := url.Values{"after_id": {strconv.FormatInt(after, 10)}, "limit": {strconv.Itoa(limit)}}
+		if itemID != 0 {
+			q.Set("item_id", strconv.FormatInt(itemID, 10))
+		}
 		if _, err := a.Do(ctx, http.MethodGet, "/api/orders?"+q.Encode(), nil, nil, &out); err != nil {
 			return nil, err
 		}

@@ -113,7 +113,7 @@ func (c *Chaos) failover(ctx context.Context, stop <-chan struct{}, start time.T
 				return false
 			}
 			// Stopped, it cannot write from now on; the lock is checked last, right before the kill.
-			if c.unwritten(ctx, h.Index, l.Token) && c.stillHeld(ctx, mc, l) {
+			if c.unwritten(ctx, h.Index, hotID, l.Token) && c.stillHeld(ctx, mc, l) {
 				holder, lock = in, l
 				return true
 			}

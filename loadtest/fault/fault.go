@@ -236,18 +236,29 @@ func (c *Chaos) holdsToken(ctx context.Context, in *cluster.Instance, itemID, to
 	return true, ok && l.Token == token
 }
 
-// unwritten reports whether no order carries token yet, asking an instance other than the
-// stopped one (they share the database).
-func (c *Chaos) unwritten(ctx context.Context, stopped int, token int64) bool {
+// unwritten reports whether no order of item itemID carries token yet (a purchase's, or a
+// cart's line of the item: fencing tokens are per lock, so only that item's count), asking an
+// instance other than the stopped one (they share the database). A hold's lines are not
+// orders: a hold placed with the token is not seen. With one instance there is nobody else to
+// ask (the stopped one would not answer): it reports true, as if unwritten.
+func (c *Chaos) unwritten(ctx context.Context, stopped int, itemID, token int64) bool {
+	if len(c.apis) < 2 {
+		return true
+	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	orders, err := c.apis[(stopped+1)%len(c.apis)].Orders(cctx)
+	orders, err := c.apis[(stopped+1)%len(c.apis)].ItemOrders(cctx, itemID)
 	if err != nil {
 		return false
 	}
 	for _, o := range orders {
-		if o.FenceToken == token {
+		if o.ItemID == itemID && o.FenceToken == token {
 			return false
+		}
+		for _, l := range o.Lines {
+			if l.ItemID == itemID && l.FenceToken == token {
+				return false
+			}
 		}
 	}
 	return true

@@ -38,8 +38,9 @@ func (c *Chaos) pauseHolder(ctx context.Context, stop <-chan struct{}, start tim
 			if err := in.Pause(); err != nil {
 				return false
 			}
-			// Stopped, it cannot write from now on; the lock is checked last.
-			written = !c.unwritten(ctx, h.Index, h.Lock.Token)
+			// Stopped, it sends nothing more (a commit it sent to PostgreSQL just before may
+			// still land); the lock is checked last.
+			written = !c.unwritten(ctx, h.Index, r.HotID, h.Lock.Token)
 			if (anyHolder || !written) && c.stillHeld(ctx, c.rdb, h.Lock) {
 				ev.Token, ev.Confirmed, paused = h.Lock.Token, true, in
 				return true
